@@ -1,0 +1,92 @@
+//! Settings, from flags or the environment (flags mirror the env vars).
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dsh-plan",
+    version,
+    about = "Agent sessions with a recorded, human-reviewed plan mode"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: Settings,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API (the default).
+    Serve,
+    /// Replay a session log and exit non-zero on any invariant violation.
+    Verify {
+        /// The session to check.
+        #[arg(long)]
+        session: String,
+    },
+    /// Print the OpenAPI document (what `openapi/openapi.json` must hold).
+    Openapi,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// Address to listen on.
+    #[arg(
+        long,
+        env = "DSH_BIND",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
+    pub bind: String,
+    /// Redis URL; unset → the embedded in-memory log (single process, nothing persisted).
+    #[arg(long, env = "REDIS_URL", global = true, hide_env_values = true)]
+    pub redis_url: Option<String>,
+    /// Prefix of every Redis key this service writes.
+    #[arg(long, env = "DSH_KEY_PREFIX", default_value = "dsh", global = true)]
+    pub key_prefix: String,
+    /// This replica's id in logs and step headers; default hostname + pid.
+    #[arg(long, env = "DSH_REPLICA_ID", global = true)]
+    pub replica_id: Option<String>,
+    /// HTTP worker threads; default one per core.
+    #[arg(long, env = "DSH_WORKERS", global = true)]
+    pub workers: Option<usize>,
+}
+
+impl Settings {
+    /// Settings for a test or tool: bind to a free loopback port, defaults elsewhere.
+    pub fn local(redis_url: Option<String>) -> Self {
+        Self {
+            bind: "127.0.0.1:0".into(),
+            redis_url,
+            key_prefix: "dsh".into(),
+            replica_id: None,
+            workers: Some(2),
+        }
+    }
+
+    pub fn replica_id(&self) -> String {
+        self.replica_id
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()))
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "dsh".into())
+}
+
+/// The Redis URL without credentials, for logs.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}

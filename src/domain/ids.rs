@@ -1,0 +1,170 @@
+//! Identifiers that cross the wire: sessions, agents and event ids.
+//!
+//! Every id is validated once, at the edge, so the store can build Redis keys from it without
+//! escaping (no `{`/`}` that would break the hash tag, no spaces, bounded length).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The root agent that exists from a session's creation.
+pub const ROOT_AGENT: &str = "main";
+
+fn valid_token(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// A session id: 1–64 ASCII letters, digits, `-` or `_`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SessionId(String);
+
+impl SessionId {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if valid_token(s, 64) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(format!(
+                "`{}` is not a session id: use 1-64 ASCII letters, digits, `-` or `_`",
+                truncate(s)
+            ))
+        }
+    }
+
+    /// A fresh, time-ordered id (UUIDv7 in simple form), so ids sort by creation.
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7().simple().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An agent id: 1–64 lowercase ASCII letters, digits, `-` or `_`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct AgentId(String);
+
+impl AgentId {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if valid_token(s, 64) && !s.bytes().any(|b| b.is_ascii_uppercase()) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(format!(
+                "`{}` is not an agent id: use 1-64 lowercase ASCII letters, digits, `-` or `_`",
+                truncate(s)
+            ))
+        }
+    }
+
+    pub fn root() -> Self {
+        Self(ROOT_AGENT.to_owned())
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.0 == ROOT_AGENT
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The id of a recorded event: its position `seq` (1-based) in the session log, written
+/// `<seq>-0`, which is also its Redis Stream entry id. A gap between ids is visible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct EventId(pub u64);
+
+impl EventId {
+    /// Accepts `<seq>-0` (what the server hands out) and a bare `<seq>`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let digits = s.strip_suffix("-0").unwrap_or(s);
+        if !digits.is_empty() && digits.len() <= 19 && digits.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(n) = digits.parse() {
+                return Ok(Self(n));
+            }
+        }
+        Err(format!(
+            "`{}` is not an event id: expected `<seq>-0` as returned in `id`",
+            truncate(s)
+        ))
+    }
+
+    pub fn seq(self) -> u64 {
+        self.0
+    }
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+macro_rules! string_newtype {
+    ($t:ty) => {
+        impl TryFrom<String> for $t {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                Self::parse(&s)
+            }
+        }
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                v.0
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+string_newtype!(SessionId);
+string_newtype!(AgentId);
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-0", self.0)
+    }
+}
+
+impl Serialize for EventId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for EventId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        EventId::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_reject_hash_tag_braces_and_oversize_input() {
+        assert!(SessionId::parse("a{b}").is_err());
+        assert!(SessionId::parse(&"x".repeat(65)).is_err());
+        assert!(SessionId::parse("").is_err());
+        assert!(AgentId::parse("Main").is_err());
+        assert!(AgentId::parse("agent-1").is_ok());
+    }
+
+    #[test]
+    fn event_ids_round_trip_through_their_wire_form() {
+        assert_eq!(EventId::parse("42-0"), Ok(EventId(42)));
+        assert_eq!(EventId::parse("42"), Ok(EventId(42)));
+        assert_eq!(EventId(42).to_string(), "42-0");
+        assert!(EventId::parse("42-1").is_err());
+        assert!(EventId::parse("-0").is_err());
+        assert!(EventId::parse("99999999999999999999").is_err());
+    }
+}

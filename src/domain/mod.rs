@@ -1,0 +1,11 @@
+//! The pure domain: ids, events, the session fold and every plan-mode rule. No async, no I/O.
+
+pub mod event;
+pub mod ids;
+pub mod plan;
+pub mod session;
+
+pub use event::{EventKind, NewEvent, Recorded};
+pub use ids::{AgentId, EventId, SessionId};
+pub use plan::{Outcome, PlanView};
+pub use session::{DomainError, FoldError, SessionState};

@@ -1,0 +1,392 @@
+//! Every plan-mode rule in one place: the plan view, the `set()` outcome table and the plan
+//! projection unit (DESIGN §2).
+//!
+//! Nothing here does I/O. The session fold (`session.rs`) keeps an agent's [`PlanRecord`]; this
+//! module decides what a choice appends and how the view is derived from the record.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::event::{EventKind, PlanMode, PlanSelect};
+
+/// An agent's plan state as the API shows it.
+///
+/// `pending` is present only when the user's choice differs from the recorded state: its
+/// presence matters, not its truthiness (`pending: false` means "Default, pending").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanView {
+    /// The recorded state: the value of the agent's last `plan/mode` event, or `false`.
+    pub active: bool,
+    /// The not-yet-committed choice; absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<bool>,
+}
+
+/// What the log says of one agent's plan: the recorded value and the desired target.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanRecord {
+    pub active: bool,
+    /// The last selected target since the last `plan/mode`; it may equal `active`, in which
+    /// case nothing is pending.
+    pub target: Option<bool>,
+}
+
+impl PlanRecord {
+    pub fn view(self) -> PlanView {
+        PlanView {
+            active: self.active,
+            pending: self.target.filter(|t| *t != self.active),
+        }
+    }
+
+    /// Folds the plan events of one agent; other events leave it unchanged.
+    pub fn evolve(&mut self, kind: &EventKind) {
+        match kind {
+            EventKind::PlanMode(PlanMode { active }) => {
+                self.active = *active;
+                self.target = None;
+            }
+            EventKind::PlanSelect(PlanSelect { active }) => self.target = Some(*active),
+            _ => {}
+        }
+    }
+}
+
+/// The result of `set(agent, active)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// `plan/mode` was appended now (the agent was idle).
+    Committed,
+    /// The choice is pending until the next pre-step (the agent is running).
+    Queued,
+    /// A pending choice was withdrawn because the target equals the recorded state.
+    Cancelled,
+    /// Nothing changed.
+    Noop,
+}
+
+/// The `set()` outcome table, row by row as DESIGN §2 states it. Returns the outcome and the
+/// one event to append, if any.
+pub fn decide_set(view: PlanView, running: bool, target: bool) -> (Outcome, Option<EventKind>) {
+    let select = || Some(EventKind::PlanSelect(PlanSelect { active: target }));
+    match (running, view) {
+        (false, PlanView { active, .. }) if target != active => (
+            Outcome::Committed,
+            Some(EventKind::PlanMode(PlanMode { active: target })),
+        ),
+        (
+            false,
+            PlanView {
+                pending: Some(_), ..
+            },
+        ) => (Outcome::Cancelled, select()),
+        (false, PlanView { pending: None, .. }) => (Outcome::Noop, None),
+        (true, PlanView { active, pending }) if target == pending.unwrap_or(active) => {
+            (Outcome::Noop, None)
+        }
+        (
+            true,
+            PlanView {
+                active,
+                pending: Some(_),
+            },
+        ) if target == active => (Outcome::Cancelled, select()),
+        (true, _) => (Outcome::Queued, select()),
+    }
+}
+
+/// The plan projection unit: recomputes `{active, pending}` per agent from `command/run`
+/// (name `plan`: args `off` → inactive, anything else → active), `plan/select` and `plan/mode`
+/// alone, independently of the session fold, so the two can be held against each other.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlanProjection {
+    pub agents: std::collections::BTreeMap<String, PlanRecord>,
+}
+
+impl PlanProjection {
+    pub fn apply(&mut self, agent: &str, kind: &EventKind) {
+        let target = match kind {
+            EventKind::CommandRun(c) if c.name == "plan" => Some(c.args.trim() != "off"),
+            EventKind::PlanSelect(PlanSelect { active }) => Some(*active),
+            EventKind::PlanMode(PlanMode { active }) => {
+                let rec = self.agents.entry(agent.to_owned()).or_default();
+                rec.active = *active;
+                rec.target = None;
+                return;
+            }
+            EventKind::SessionCreated(_) | EventKind::AgentSpawned(_) => {
+                self.agents.entry(agent.to_owned()).or_default();
+                return;
+            }
+            _ => None,
+        };
+        if let Some(t) = target {
+            self.agents.entry(agent.to_owned()).or_default().target = Some(t);
+        }
+    }
+
+    pub fn view(&self) -> std::collections::BTreeMap<String, PlanView> {
+        self.agents
+            .iter()
+            .map(|(a, r)| (a.clone(), r.view()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn views() -> Vec<PlanView> {
+        let mut v = Vec::new();
+        for active in [false, true] {
+            v.push(PlanView {
+                active,
+                pending: None,
+            });
+            v.push(PlanView {
+                active,
+                pending: Some(!active),
+            });
+        }
+        v
+    }
+
+    /// The table from DESIGN §2, written independently of `decide_set` as plain conditions.
+    fn expected(view: PlanView, running: bool, target: bool) -> Outcome {
+        let PlanView { active, pending } = view;
+        if !running {
+            if target != active {
+                Outcome::Committed
+            } else if pending.is_some() {
+                Outcome::Cancelled
+            } else {
+                Outcome::Noop
+            }
+        } else if target == pending.unwrap_or(active) {
+            Outcome::Noop
+        } else if target == active && pending.is_some() {
+            Outcome::Cancelled
+        } else {
+            Outcome::Queued
+        }
+    }
+
+    #[test]
+    fn set_outcome_table_holds_for_every_state_status_and_target() {
+        let mut seen = std::collections::BTreeSet::new();
+        for view in views() {
+            for running in [false, true] {
+                for target in [false, true] {
+                    let (outcome, event) = decide_set(view, running, target);
+                    assert_eq!(
+                        outcome,
+                        expected(view, running, target),
+                        "{view:?} running={running} target={target}"
+                    );
+                    seen.insert(format!("{running}{outcome:?}"));
+                    // Applying the event yields the documented resulting view.
+                    let mut rec = PlanRecord {
+                        active: view.active,
+                        target: view.pending,
+                    };
+                    if let Some(e) = &event {
+                        rec.evolve(e);
+                    }
+                    let after = rec.view();
+                    match outcome {
+                        Outcome::Committed => assert_eq!(
+                            after,
+                            PlanView {
+                                active: target,
+                                pending: None
+                            }
+                        ),
+                        Outcome::Queued => assert_eq!(
+                            after,
+                            PlanView {
+                                active: view.active,
+                                pending: Some(target)
+                            }
+                        ),
+                        Outcome::Cancelled => assert_eq!(
+                            after,
+                            PlanView {
+                                active: view.active,
+                                pending: None
+                            }
+                        ),
+                        Outcome::Noop => {
+                            assert!(event.is_none());
+                            assert_eq!(after, view);
+                        }
+                    }
+                    // After any set(target), the desired state is the target.
+                    assert_eq!(after.pending.unwrap_or(after.active), target);
+                }
+            }
+        }
+        // All six rows were reached.
+        assert_eq!(seen.len(), 6, "{seen:?}");
+    }
+
+    #[test]
+    fn idle_set_to_a_different_state_commits_at_once() {
+        let (o, e) = decide_set(
+            PlanView {
+                active: false,
+                pending: None,
+            },
+            false,
+            true,
+        );
+        assert_eq!(o, Outcome::Committed);
+        assert_eq!(e, Some(EventKind::PlanMode(PlanMode { active: true })));
+    }
+
+    #[test]
+    fn idle_set_back_to_the_recorded_state_cancels_a_pending_choice() {
+        let (o, e) = decide_set(
+            PlanView {
+                active: true,
+                pending: Some(false),
+            },
+            false,
+            true,
+        );
+        assert_eq!(o, Outcome::Cancelled);
+        assert_eq!(e, Some(EventKind::PlanSelect(PlanSelect { active: true })));
+    }
+
+    #[test]
+    fn idle_set_to_the_recorded_state_without_pending_is_a_noop() {
+        assert_eq!(
+            decide_set(
+                PlanView {
+                    active: true,
+                    pending: None
+                },
+                false,
+                true
+            ),
+            (Outcome::Noop, None)
+        );
+    }
+
+    #[test]
+    fn running_set_to_the_desired_state_is_a_noop() {
+        let v = PlanView {
+            active: true,
+            pending: Some(false),
+        };
+        assert_eq!(decide_set(v, true, false), (Outcome::Noop, None));
+        assert_eq!(
+            decide_set(
+                PlanView {
+                    active: true,
+                    pending: None
+                },
+                true,
+                true
+            ),
+            (Outcome::Noop, None)
+        );
+    }
+
+    #[test]
+    fn running_set_back_to_the_recorded_state_cancels_the_pending_choice() {
+        let (o, _) = decide_set(
+            PlanView {
+                active: true,
+                pending: Some(false),
+            },
+            true,
+            true,
+        );
+        assert_eq!(o, Outcome::Cancelled);
+    }
+
+    #[test]
+    fn running_set_to_another_state_is_queued_as_pending() {
+        let (o, e) = decide_set(
+            PlanView {
+                active: true,
+                pending: None,
+            },
+            true,
+            false,
+        );
+        assert_eq!(o, Outcome::Queued);
+        assert_eq!(e, Some(EventKind::PlanSelect(PlanSelect { active: false })));
+    }
+
+    #[test]
+    fn pending_false_is_a_real_state_distinct_from_no_pending() {
+        let rec = PlanRecord {
+            active: true,
+            target: Some(false),
+        };
+        let json = serde_json::to_value(rec.view()).unwrap();
+        assert_eq!(json, serde_json::json!({"active": true, "pending": false}));
+        let none = PlanRecord {
+            active: true,
+            target: Some(true),
+        }
+        .view();
+        assert_eq!(
+            serde_json::to_value(none).unwrap(),
+            serde_json::json!({"active": true})
+        );
+    }
+
+    #[test]
+    fn projection_reads_plan_commands_as_targets() {
+        use super::super::event::CommandRun;
+        let mut p = PlanProjection::default();
+        p.apply("main", &EventKind::PlanMode(PlanMode { active: true }));
+        p.apply(
+            "main",
+            &EventKind::CommandRun(CommandRun {
+                name: "plan".into(),
+                args: "off".into(),
+            }),
+        );
+        assert_eq!(
+            p.view()["main"],
+            PlanView {
+                active: true,
+                pending: Some(false)
+            }
+        );
+        p.apply(
+            "main",
+            &EventKind::CommandRun(CommandRun {
+                name: "plan".into(),
+                args: "fix it".into(),
+            }),
+        );
+        assert_eq!(
+            p.view()["main"],
+            PlanView {
+                active: true,
+                pending: None
+            }
+        );
+        p.apply(
+            "main",
+            &EventKind::CommandRun(CommandRun {
+                name: "other".into(),
+                args: "off".into(),
+            }),
+        );
+        assert_eq!(
+            p.view()["main"],
+            PlanView {
+                active: true,
+                pending: None
+            }
+        );
+    }
+}

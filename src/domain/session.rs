@@ -1,0 +1,255 @@
+//! The session aggregate: `evolve` folds recorded events into [`SessionState`]; the `decide_*`
+//! functions turn a request into the events to append. Pure: no async, no I/O.
+//!
+//! An impossible transition during a fold (an event for an agent that does not exist, a gap in
+//! the sequence, a second `session/created`) is corruption, reported as [`FoldError`].
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::event::{
+    AgentSpawned, EventKind, ForkOrigin, NewEvent, Recorded, SessionCreated, TurnEnded, TurnStarted,
+};
+use super::ids::{AgentId, EventId, SessionId};
+use super::plan::{decide_set, Outcome, PlanRecord, PlanView};
+
+/// What an agent is doing, folded from its turn events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentStatus {
+    /// No turn is open.
+    Idle,
+    /// A turn is open.
+    Running,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentState {
+    pub owner: Option<AgentId>,
+    pub plan: PlanRecord,
+    /// The open turn, if any.
+    pub turn: Option<String>,
+}
+
+impl AgentState {
+    pub fn status(&self) -> AgentStatus {
+        if self.turn.is_some() {
+            AgentStatus::Running
+        } else {
+            AgentStatus::Idle
+        }
+    }
+}
+
+/// A session folded up to `seq`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionState {
+    /// The last folded event's seq; 0 means the session does not exist (yet).
+    pub seq: u64,
+    pub created_at: u64,
+    pub parent: Option<ForkOrigin>,
+    pub agents: BTreeMap<AgentId, AgentState>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("event {at}: {reason}")]
+pub struct FoldError {
+    pub at: EventId,
+    pub reason: String,
+}
+
+/// A request the domain refuses; the HTTP layer maps each to a 4xx.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DomainError {
+    #[error("agent `{0}` does not exist in this session")]
+    AgentNotFound(AgentId),
+    #[error("owner `{0}` does not exist in this session")]
+    OwnerNotFound(AgentId),
+}
+
+impl SessionState {
+    pub fn exists(&self) -> bool {
+        self.seq > 0
+    }
+
+    pub fn agent(&self, id: &AgentId) -> Result<&AgentState, DomainError> {
+        self.agents
+            .get(id)
+            .ok_or_else(|| DomainError::AgentNotFound(id.clone()))
+    }
+
+    pub fn evolve(&mut self, e: &Recorded) -> Result<(), FoldError> {
+        let fail = |reason: String| FoldError { at: e.id, reason };
+        if e.seq() != self.seq + 1 {
+            return Err(fail(format!(
+                "expected seq {}, found {}",
+                self.seq + 1,
+                e.seq()
+            )));
+        }
+        match (&e.kind, self.exists()) {
+            (EventKind::SessionCreated(SessionCreated { parent }), false) => {
+                self.created_at = e.committed_at;
+                self.parent = parent.clone();
+                self.agents.insert(e.agent.clone(), fresh_agent(None));
+            }
+            (EventKind::SessionCreated(_), true) => {
+                return Err(fail("second session/created".into()))
+            }
+            (_, false) => {
+                return Err(fail(format!(
+                    "{} before session/created",
+                    e.kind.type_name()
+                )))
+            }
+            (EventKind::AgentSpawned(AgentSpawned { owner }), true) => {
+                if self.agents.contains_key(&e.agent) {
+                    return Err(fail(format!("agent `{}` spawned twice", e.agent)));
+                }
+                if let Some(o) = owner.as_ref().filter(|o| !self.agents.contains_key(*o)) {
+                    return Err(fail(format!("owner `{o}` does not exist")));
+                }
+                self.agents
+                    .insert(e.agent.clone(), fresh_agent(owner.clone()));
+            }
+            (kind, true) => {
+                let agent = self
+                    .agents
+                    .get_mut(&e.agent)
+                    .ok_or_else(|| fail(format!("agent `{}` does not exist", e.agent)))?;
+                match kind {
+                    EventKind::TurnStarted(TurnStarted { turn }) => {
+                        if let Some(open) = &agent.turn {
+                            return Err(fail(format!(
+                                "turn `{turn}` started while `{open}` is open"
+                            )));
+                        }
+                        agent.turn = Some(turn.clone());
+                    }
+                    EventKind::TurnEnded(TurnEnded { turn, .. }) => {
+                        if agent.turn.as_deref() != Some(turn.as_str()) {
+                            return Err(fail(format!("turn `{turn}` ended but is not open")));
+                        }
+                        agent.turn = None;
+                    }
+                    other => agent.plan.evolve(other),
+                }
+            }
+        }
+        self.seq = e.seq();
+        Ok(())
+    }
+
+    /// `set(agent, active)`: the outcome and the events that carry it out.
+    pub fn decide_set_plan(
+        &self,
+        agent: &AgentId,
+        target: bool,
+    ) -> Result<(Outcome, Vec<NewEvent>), DomainError> {
+        let a = self.agent(agent)?;
+        let running = a.status() != AgentStatus::Idle;
+        let (outcome, event) = decide_set(a.plan.view(), running, target);
+        Ok((
+            outcome,
+            event.into_iter().map(|k| NewEvent::new(agent, k)).collect(),
+        ))
+    }
+
+    /// Spawns a child agent, inactive, owned by `owner` if given. Ids are `agent-<n>`, numbered
+    /// by the session's agent count, so every replica derives the same id for the same position.
+    pub fn decide_spawn(
+        &self,
+        owner: Option<AgentId>,
+    ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
+        if let Some(o) = &owner {
+            if !self.agents.contains_key(o) {
+                return Err(DomainError::OwnerNotFound(o.clone()));
+            }
+        }
+        let mut n = self.agents.len();
+        let id = loop {
+            let id = AgentId::parse(&format!("agent-{n}")).expect("generated ids are valid");
+            if !self.agents.contains_key(&id) {
+                break id;
+            }
+            n += 1;
+        };
+        let event = NewEvent::new(&id, EventKind::AgentSpawned(AgentSpawned { owner }));
+        Ok((id, vec![event]))
+    }
+
+    pub fn agent_view(&self, id: &AgentId) -> Result<AgentView, DomainError> {
+        let a = self.agent(id)?;
+        Ok(AgentView {
+            id: id.clone(),
+            owner: a.owner.clone(),
+            status: a.status(),
+            plan: a.plan.view(),
+            turn: a.turn.clone(),
+        })
+    }
+
+    pub fn view(&self, id: &SessionId) -> SessionView {
+        SessionView {
+            id: id.clone(),
+            parent: self.parent.clone(),
+            created_at: self.created_at,
+            last_event_id: EventId(self.seq),
+            agents: self
+                .agents
+                .keys()
+                .filter_map(|a| self.agent_view(a).ok())
+                .collect(),
+        }
+    }
+}
+
+/// The events that create a session: its root agent `main` comes with `session/created`.
+pub fn decide_create(parent: Option<ForkOrigin>) -> Vec<NewEvent> {
+    vec![NewEvent::new(
+        &AgentId::root(),
+        EventKind::SessionCreated(SessionCreated { parent }),
+    )]
+}
+
+fn fresh_agent(owner: Option<AgentId>) -> AgentState {
+    AgentState {
+        owner,
+        plan: PlanRecord::default(),
+        turn: None,
+    }
+}
+
+/// An agent as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct AgentView {
+    #[schema(value_type = String, example = "main")]
+    pub id: AgentId,
+    /// The owning agent; `null` for the root agent and unowned agents.
+    #[schema(value_type = Option<String>)]
+    pub owner: Option<AgentId>,
+    pub status: AgentStatus,
+    pub plan: PlanView,
+    /// The open turn's id, while one is open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<String>,
+}
+
+/// A session folded from its log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct SessionView {
+    #[schema(value_type = String)]
+    pub id: SessionId,
+    /// Set when this session was forked from another.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ForkOrigin>,
+    #[serde(with = "super::event::rfc3339_ms")]
+    #[schema(value_type = String, example = "2026-12-02T10:23:53.123Z")]
+    pub created_at: u64,
+    /// The id of the last event folded into this view; pass it as `after` to read what follows.
+    #[schema(value_type = String, example = "7-0")]
+    pub last_event_id: EventId,
+    pub agents: Vec<AgentView>,
+}

@@ -1,0 +1,249 @@
+//! The one error type of the HTTP surface, rendered as RFC 9457 `application/problem+json`.
+//!
+//! Every error has a stable machine `code`; the table in [`Code::status`] maps codes to HTTP
+//! statuses. 5xx bodies are opaque: the cause goes to the log, never to the client. Extractor
+//! failures (JSON, query) are routed through here by the handlers in [`json_config`] and
+//! [`query_config`], so a malformed request looks like every other error.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::domain::DomainError;
+use crate::service::ServiceError;
+use crate::store::StoreError;
+
+/// Largest request body accepted, in bytes.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Stable machine-readable error codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Code {
+    MalformedJson,
+    InvalidBody,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    InvalidId,
+    InvalidQuery,
+    NotFound,
+    SessionNotFound,
+    AgentNotFound,
+    OwnerNotFound,
+    FeatureDisabled,
+    WriteContention,
+    StoreUnavailable,
+    LogCorrupt,
+    Internal,
+}
+
+impl Code {
+    pub fn status(self) -> StatusCode {
+        use Code::*;
+        match self {
+            MalformedJson | InvalidId | InvalidQuery => StatusCode::BAD_REQUEST,
+            NotFound | SessionNotFound | AgentNotFound | FeatureDisabled => StatusCode::NOT_FOUND,
+            PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            InvalidBody | OwnerNotFound => StatusCode::UNPROCESSABLE_ENTITY,
+            WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            LogCorrupt | Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn as_str(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Problem {
+    /// A URI naming the problem type: `urn:dsh-plan:problem:<code>`.
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// A short, human-readable summary of the problem type.
+    pub title: String,
+    pub status: u16,
+    /// What went wrong with this request, in words a developer can act on.
+    pub detail: String,
+    pub code: Code,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}")]
+pub struct ApiError {
+    pub code: Code,
+    pub detail: String,
+    /// The internal cause of a 5xx, logged and never sent.
+    cause: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(code: Code, detail: impl Into<String>) -> Self {
+        Self {
+            code,
+            detail: detail.into(),
+            cause: None,
+        }
+    }
+
+    fn opaque(code: Code, detail: &str, cause: impl ToString) -> Self {
+        Self {
+            code,
+            detail: detail.to_owned(),
+            cause: Some(cause.to_string()),
+        }
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::SessionNotFound(_) => ApiError::new(Code::SessionNotFound, e.to_string()),
+            ServiceError::Domain(d @ DomainError::AgentNotFound(_)) => {
+                ApiError::new(Code::AgentNotFound, d.to_string())
+            }
+            ServiceError::Domain(d @ DomainError::OwnerNotFound(_)) => {
+                ApiError::new(Code::OwnerNotFound, d.to_string())
+            }
+            ServiceError::Store(s @ StoreError::Unavailable(_)) => ApiError::opaque(
+                Code::StoreUnavailable,
+                "the event store is unavailable; retry shortly",
+                s,
+            ),
+            ServiceError::Store(s @ StoreError::Corrupt { .. }) => {
+                ApiError::opaque(Code::LogCorrupt, "the session log could not be read", s)
+            }
+            ServiceError::Corrupt(f) => {
+                ApiError::opaque(Code::LogCorrupt, "the session log could not be folded", f)
+            }
+            ServiceError::Contention => ApiError::new(Code::WriteContention, e.to_string()),
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.code.status()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        if let Some(cause) = &self.cause {
+            tracing::error!(code = %self.code.as_str(), %cause, "request failed");
+        }
+        let body = Problem {
+            type_uri: format!("urn:dsh-plan:problem:{}", self.code.as_str()),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            detail: self.detail.clone(),
+            code: self.code,
+        };
+        let mut res = HttpResponse::build(status);
+        res.insert_header((header::CONTENT_TYPE, "application/problem+json"));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            res.insert_header((header::RETRY_AFTER, "1"));
+        }
+        res.body(serde_json::to_string(&body).unwrap_or_default())
+    }
+}
+
+/// A JSON body that may be omitted (an empty body means "all defaults"). Errors, including
+/// an oversize body, are problems like any other.
+pub struct OptionalJson<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned + Default + 'static> actix_web::FromRequest
+    for OptionalJson<T>
+{
+    type Error = actix_web::Error;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(
+        req: &actix_web::HttpRequest,
+        payload: &mut actix_web::dev::Payload,
+    ) -> Self::Future {
+        let bytes = <actix_web::web::Bytes as actix_web::FromRequest>::from_request(req, payload);
+        Box::pin(async move {
+            let body = bytes.await.map_err(payload_error)?;
+            if body.iter().all(u8::is_ascii_whitespace) {
+                return Ok(OptionalJson(T::default()));
+            }
+            Ok(OptionalJson(
+                serde_json::from_slice(&body).map_err(json_error)?,
+            ))
+        })
+    }
+}
+
+fn json_error(e: serde_json::Error) -> ApiError {
+    if e.is_data() {
+        ApiError::new(
+            Code::InvalidBody,
+            format!("the request body does not fit this route: {e}"),
+        )
+    } else {
+        ApiError::new(
+            Code::MalformedJson,
+            format!("the request body is not valid JSON: {e}"),
+        )
+    }
+}
+
+pub fn json_config() -> actix_web::web::JsonConfig {
+    use actix_web::error::JsonPayloadError as E;
+    actix_web::web::JsonConfig::default()
+        .limit(MAX_BODY)
+        .error_handler(|err, _req| {
+            match err {
+                E::Overflow { .. } | E::OverflowKnownLength { .. } => ApiError::new(
+                    Code::PayloadTooLarge,
+                    format!("the request body exceeds {MAX_BODY} bytes"),
+                ),
+                E::ContentType => ApiError::new(
+                    Code::UnsupportedMediaType,
+                    "send the body as JSON with `Content-Type: application/json`",
+                ),
+                E::Deserialize(e) => json_error(e),
+                other => ApiError::new(
+                    Code::MalformedJson,
+                    format!("the request body could not be read: {other}"),
+                ),
+            }
+            .into()
+        })
+}
+
+pub fn payload_config() -> actix_web::web::PayloadConfig {
+    actix_web::web::PayloadConfig::new(MAX_BODY)
+}
+
+pub fn query_config() -> actix_web::web::QueryConfig {
+    actix_web::web::QueryConfig::default().error_handler(|err, _req| {
+        ApiError::new(
+            Code::InvalidQuery,
+            format!("the query string is not valid here: {err}"),
+        )
+        .into()
+    })
+}
+
+/// Turns actix's own payload errors (e.g. a `Bytes` body over the limit) into problems.
+fn payload_error(e: actix_web::Error) -> ApiError {
+    let status = e.as_response_error().status_code();
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            Code::PayloadTooLarge,
+            format!("the request body exceeds {MAX_BODY} bytes"),
+        )
+    } else {
+        ApiError::new(
+            Code::MalformedJson,
+            format!("the request body could not be read: {e}"),
+        )
+    }
+}

@@ -1,0 +1,122 @@
+//! The HTTP surface: thin handlers over [`crate::service::Sessions`], one error type, and the
+//! OpenAPI document generated from the handlers themselves.
+
+use std::sync::Arc;
+
+use actix_web::web;
+use utoipa::OpenApi;
+use utoipa_actix_web::service_config::ServiceConfig;
+
+use crate::domain::{AgentId, SessionId};
+use crate::service::Sessions;
+
+pub mod error;
+mod plan;
+mod sessions;
+mod system;
+
+pub use error::{ApiError, Code, Problem};
+
+/// What every handler shares.
+pub struct AppState {
+    pub sessions: Sessions,
+    pub replica_id: String,
+}
+
+pub type State = web::Data<AppState>;
+
+impl AppState {
+    pub fn new(sessions: Sessions, replica_id: String) -> Arc<Self> {
+        Arc::new(Self {
+            sessions,
+            replica_id,
+        })
+    }
+}
+
+pub(crate) fn session_id(raw: &str) -> Result<SessionId, ApiError> {
+    SessionId::parse(raw).map_err(|e| ApiError::new(Code::InvalidId, e))
+}
+
+pub(crate) fn ids(raw: &(String, String)) -> Result<(SessionId, AgentId), ApiError> {
+    let sid = session_id(&raw.0)?;
+    let aid = AgentId::parse(&raw.1).map_err(|e| ApiError::new(Code::InvalidId, e))?;
+    Ok((sid, aid))
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "dsh-plan",
+        description = "Agent sessions with a recorded, human-reviewed plan mode. Every state is \
+                       folded from a per-session event log; errors are RFC 9457 problem documents."
+    ),
+    tags(
+        (name = "sessions", description = "Sessions, agents and their event logs"),
+        (name = "plan", description = "Plan mode: the recorded state and the user's pending choice"),
+        (name = "system", description = "Status, health and readiness")
+    )
+)]
+struct ApiDoc;
+
+/// Registers every documented route.
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(system::status)
+        .service(system::healthz)
+        .service(system::readyz)
+        .service(sessions::create_session)
+        .service(sessions::get_session)
+        .service(sessions::spawn_agent)
+        .service(sessions::get_agent)
+        .service(sessions::read_log)
+        .service(plan::get_plan)
+        .service(plan::put_plan)
+        .service(plan::plan_projection);
+}
+
+/// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    use utoipa_actix_web::AppExt;
+    let (_, spec) = actix_web::App::new()
+        .into_utoipa_app()
+        .openapi(ApiDoc::openapi())
+        .configure(routes)
+        .split_for_parts();
+    spec
+}
+
+/// The spec as committed: pretty JSON with a trailing newline.
+pub fn openapi_json() -> String {
+    let mut s = openapi().to_pretty_json().unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// Mounts the API, `/openapi.json`, Swagger UI at `/docs`, and problem+json for everything else.
+pub fn configure(app_state: web::Data<AppState>) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        let spec = openapi();
+        cfg.app_data(app_state)
+            .app_data(error::json_config())
+            .app_data(error::payload_config())
+            .app_data(error::query_config())
+            .configure(|c| routes(&mut ServiceConfig::new(c)))
+            .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", spec))
+            .route(
+                "/docs",
+                web::get().to(|| async {
+                    actix_web::HttpResponse::PermanentRedirect()
+                        .insert_header(("Location", "/docs/"))
+                        .finish()
+                }),
+            )
+            .default_service(web::to(not_found));
+    }
+}
+
+async fn not_found(req: actix_web::HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::new(
+        Code::NotFound,
+        format!("no route for {} {}", req.method(), req.path()),
+    ))
+}

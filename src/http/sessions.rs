@@ -1,0 +1,189 @@
+//! Sessions, agents and the raw log.
+
+use actix_web::{get, post, web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::OptionalJson;
+use super::{ids, session_id, ApiError, Code, Problem, State};
+use crate::domain::session::{AgentView, SessionView};
+use crate::domain::{AgentId, EventId, Recorded};
+
+/// Body of `POST /v1/sessions` (may be empty).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {}
+
+/// Create a session with its root agent `main` (plan mode inactive).
+#[utoipa::path(
+    tag = "sessions",
+    request_body(content = Option<CreateSession>, description = "May be empty"),
+    responses(
+        (status = 201, body = SessionView, headers(("Location" = String))),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions")]
+pub async fn create_session(
+    state: State,
+    body: OptionalJson<CreateSession>,
+) -> Result<HttpResponse, ApiError> {
+    let OptionalJson(CreateSession {}) = body;
+    let (sid, session) = state.sessions.create(None).await?;
+    Ok(HttpResponse::Created()
+        .insert_header(("Location", format!("/v1/sessions/{sid}")))
+        .json(session.view(&sid)))
+}
+
+/// The session folded from its log: agents, their status and plan, the last event id.
+#[utoipa::path(
+    tag = "sessions",
+    params(("sid" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, body = SessionView),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/sessions/{sid}")]
+pub async fn get_session(
+    state: State,
+    path: web::Path<String>,
+) -> Result<web::Json<SessionView>, ApiError> {
+    let sid = session_id(&path)?;
+    let session = state.sessions.state(&sid).await?;
+    Ok(web::Json(session.view(&sid)))
+}
+
+/// Body of `POST /v1/sessions/{sid}/agents` (may be empty).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnAgent {
+    /// The owning agent, e.g. `main`. A child owned by another agent cannot open plan reviews.
+    #[schema(value_type = Option<String>, example = "main")]
+    pub owner: Option<AgentId>,
+}
+
+/// Spawn an agent. New agents start with plan mode inactive.
+#[utoipa::path(
+    tag = "sessions",
+    params(("sid" = String, Path, description = "Session id")),
+    request_body(content = Option<SpawnAgent>, description = "May be empty"),
+    responses(
+        (status = 201, body = AgentView, headers(("Location" = String))),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions/{sid}/agents")]
+pub async fn spawn_agent(
+    state: State,
+    path: web::Path<String>,
+    body: OptionalJson<SpawnAgent>,
+) -> Result<HttpResponse, ApiError> {
+    let sid = session_id(&path)?;
+    let owner = body.0.owner;
+    let done = state
+        .sessions
+        .decide(&sid, |s| s.decide_spawn(owner.clone()))
+        .await?;
+    let view = done
+        .state
+        .agent_view(&done.value)
+        .map_err(crate::service::ServiceError::from)?;
+    Ok(HttpResponse::Created()
+        .insert_header((
+            "Location",
+            format!("/v1/sessions/{sid}/agents/{}", done.value),
+        ))
+        .json(view))
+}
+
+/// One agent: owner, status and plan state.
+#[utoipa::path(
+    tag = "sessions",
+    params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
+    responses(
+        (status = 200, body = AgentView),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/sessions/{sid}/agents/{aid}")]
+pub async fn get_agent(
+    state: State,
+    path: web::Path<(String, String)>,
+) -> Result<web::Json<AgentView>, ApiError> {
+    let (sid, aid) = ids(&path)?;
+    let session = state.sessions.state(&sid).await?;
+    Ok(web::Json(
+        session
+            .agent_view(&aid)
+            .map_err(crate::service::ServiceError::from)?,
+    ))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LogQuery {
+    /// Return events after this event id (exclusive); omit to start at the beginning.
+    #[param(example = "0-0")]
+    pub after: Option<String>,
+    /// Page size, 1-1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+}
+
+/// A page of the session log.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LogPage {
+    pub events: Vec<Recorded>,
+    /// Pass as `after` to read on: the last event's id in this page, or the given `after`.
+    #[schema(value_type = String, example = "100-0")]
+    pub cursor: EventId,
+    /// True when the page is full, so more events may follow right away.
+    pub has_more: bool,
+}
+
+/// Read the session log in order, a page at a time.
+#[utoipa::path(
+    tag = "sessions",
+    params(("sid" = String, Path, description = "Session id"), LogQuery),
+    responses(
+        (status = 200, body = LogPage),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/sessions/{sid}/log")]
+pub async fn read_log(
+    state: State,
+    path: web::Path<String>,
+    query: web::Query<LogQuery>,
+) -> Result<web::Json<LogPage>, ApiError> {
+    let sid = session_id(&path)?;
+    let after = match &query.after {
+        Some(a) => EventId::parse(a).map_err(|e| ApiError::new(Code::InvalidQuery, e))?,
+        None => EventId(0),
+    };
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::new(
+            Code::InvalidQuery,
+            format!("limit must be 1-1000, got {limit}"),
+        ));
+    }
+    let events = state
+        .sessions
+        .page(&sid, after.seq(), limit as usize)
+        .await?;
+    let cursor = events.last().map(|e| e.id).unwrap_or(after);
+    let has_more = events.len() == limit as usize;
+    Ok(web::Json(LogPage {
+        events,
+        cursor,
+        has_more,
+    }))
+}

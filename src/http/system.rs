@@ -1,0 +1,86 @@
+//! Status, liveness and readiness.
+
+use actix_web::{get, web::Json};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::{ApiError, State};
+
+/// Plan mode's composition, when it is composed.
+#[derive(Serialize, ToSchema)]
+pub struct PlanModeFeature {
+    /// The system-prompt section name while active.
+    pub section: &'static str,
+    /// Its order among system-prompt sections.
+    pub order: u32,
+    /// The review-gated exit tool.
+    pub exit_tool: &'static str,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Features {
+    /// `null` when plan mode is not composed: hide plan controls.
+    pub plan_mode: Option<PlanModeFeature>,
+    pub commands: bool,
+    pub questions: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Status {
+    pub service: &'static str,
+    pub version: &'static str,
+    /// `redis` or `memory` (embedded, single process).
+    pub store: &'static str,
+    /// This replica's id.
+    pub replica: String,
+    pub features: Features,
+}
+
+/// Service status and composed features.
+#[utoipa::path(tag = "system", responses((status = 200, body = Status)))]
+#[get("/v1/status")]
+pub async fn status(state: State) -> Json<Status> {
+    Json(Status {
+        service: "dsh-plan",
+        version: env!("CARGO_PKG_VERSION"),
+        store: state.sessions.log().kind(),
+        replica: state.replica_id.clone(),
+        features: Features {
+            plan_mode: Some(PlanModeFeature {
+                section: "plan:policy",
+                order: 50,
+                exit_tool: "exit_plan_mode",
+            }),
+            commands: false,
+            questions: false,
+        },
+    })
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(tag = "system", responses((status = 200, body = Health)))]
+#[get("/healthz")]
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Readiness: the event store answers.
+#[utoipa::path(tag = "system", responses(
+    (status = 200, body = Health),
+    (status = 503, description = "The event store is unreachable", body = super::Problem, content_type = "application/problem+json")
+))]
+#[get("/readyz")]
+pub async fn readyz(state: State) -> Result<Json<Health>, ApiError> {
+    state
+        .sessions
+        .log()
+        .ping()
+        .await
+        .map_err(crate::service::ServiceError::Store)?;
+    Ok(Json(Health { status: "ready" }))
+}

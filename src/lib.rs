@@ -1,0 +1,16 @@
+//! dsh-plan: agent sessions with a recorded, human-reviewed plan mode.
+//!
+//! - [`domain`] — events, the session fold and every plan rule (pure, no I/O);
+//! - [`store`] — the session log: Redis Streams and an in-memory twin behind one trait;
+//! - [`service`] — folds on read, compare-and-append decisions, the per-replica cache;
+//! - [`http`] — thin handlers, the one error type, the OpenAPI document;
+//! - [`verify`] — the invariant checker behind `dsh-plan verify`;
+//! - [`startup`] / [`config`] — build/run split and settings.
+
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod service;
+pub mod startup;
+pub mod store;
+pub mod verify;

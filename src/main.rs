@@ -1,0 +1,51 @@
+use anyhow::Context;
+use clap::Parser;
+use dsh_plan::config::{Cli, Command};
+use dsh_plan::domain::SessionId;
+use dsh_plan::startup::{open_store, Application};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            Application::build(cli.serve)
+                .await?
+                .run_until_stopped()
+                .await?
+        }
+        Command::Openapi => print!("{}", dsh_plan::http::openapi_json()),
+        Command::Verify { session } => {
+            let sid = SessionId::parse(&session).map_err(anyhow::Error::msg)?;
+            if cli.serve.redis_url.is_none() {
+                anyhow::bail!("verify reads a Redis log: set REDIS_URL or pass --redis-url");
+            }
+            let store = open_store(&cli.serve).await?;
+            let report = dsh_plan::verify::verify(store.as_ref(), &sid)
+                .await
+                .context("reading the log")?;
+            for v in &report.violations {
+                println!("violation: {v}");
+            }
+            if !report.violations.is_empty() {
+                println!(
+                    "FAILED: {} violation(s) in {} events of session {sid}",
+                    report.violations.len(),
+                    report.events
+                );
+                std::process::exit(1);
+            }
+            println!(
+                "ok: session {sid}: {} events, {} agents, no violations",
+                report.events, report.agents
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,28 @@
+-- Compare-and-append to one session log (a Redis Stream with ids `<seq>-0`).
+-- KEYS[1]  the session's stream
+-- ARGV[1]  the seq the caller's decision was based on (0: the session must not exist yet)
+-- ARGV[2]  schema version
+-- ARGV[3..] per event: type, agent, data
+-- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
+-- or {0, last_seq, entries_after_expected} when the log has moved on.
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local seq = 0
+if #last > 0 then
+  seq = tonumber(string.match(last[1][1], '^(%d+)'))
+end
+local expected = tonumber(ARGV[1])
+if seq ~= expected then
+  local missing = {}
+  if seq > expected then
+    missing = redis.call('XRANGE', KEYS[1], '(' .. string.format('%d', expected) .. '-0', '+', 'COUNT', 512)
+  end
+  return {0, seq, missing}
+end
+local t = redis.call('TIME')
+local ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+for i = 3, #ARGV, 3 do
+  seq = seq + 1
+  redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
+    'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
+end
+return {1, seq, ms}

@@ -1,0 +1,90 @@
+//! The storage seam: one narrow trait for a session log, with the Redis Streams implementation
+//! (`redis.rs`, the only place that speaks Redis) and an in-memory one side by side.
+//!
+//! Appends are compare-and-append: they name the seq the caller's decision was based on and
+//! commit only if the log still ends there. A conflict hands back what the caller missed, so a
+//! retry needs no extra read.
+
+use futures_util::future::BoxFuture;
+
+use crate::domain::{NewEvent, Recorded, SessionId};
+
+pub mod memory;
+pub mod redis;
+
+pub use self::memory::MemoryLog;
+pub use self::redis::RedisLog;
+
+/// How many missed events a conflict reply carries at most; the caller reads the rest.
+pub const CONFLICT_BATCH: usize = 512;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or did not answer in time; the request may be retried.
+    #[error("the event store is unavailable: {0}")]
+    Unavailable(String),
+    /// A stored entry cannot be decoded: the log is corrupt.
+    #[error("the session log holds a corrupt entry {id}: {reason}")]
+    Corrupt { id: String, reason: String },
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The result of a compare-and-append.
+#[derive(Debug)]
+pub enum Append {
+    /// The events were committed, in order, right after the expected seq.
+    Committed(Vec<Recorded>),
+    /// The log had moved on: `missing` holds the first events after the expected seq (at most
+    /// [`CONFLICT_BATCH`]), `head` the log's last seq.
+    Conflict { head: u64, missing: Vec<Recorded> },
+}
+
+/// A set of per-session append-only logs.
+pub trait EventLog: Send + Sync + 'static {
+    /// `redis` or `memory`, as `/v1/status` reports it.
+    fn kind(&self) -> &'static str;
+
+    /// Up to `limit` events with seq greater than `after`, in order. An unknown session reads
+    /// as empty.
+    fn read<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<Recorded>>>;
+
+    /// Appends `events` if the session's last seq is `expected` (0: the session does not exist
+    /// yet). An empty `events` only checks that the log still ends at `expected`.
+    fn append<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        expected: u64,
+        events: &'a [NewEvent],
+    ) -> BoxFuture<'a, StoreResult<Append>>;
+
+    /// Checks that the store answers.
+    fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
+}
+
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Stamps events committed at `first_seq..` with the commit time.
+pub(crate) fn stamp(events: &[NewEvent], first_seq: u64, committed_at: u64) -> Vec<Recorded> {
+    events
+        .iter()
+        .zip(first_seq..)
+        .map(|(e, seq)| Recorded {
+            id: crate::domain::EventId(seq),
+            agent: e.agent.clone(),
+            kind: e.kind.clone(),
+            committed_at,
+            v: crate::domain::event::SCHEMA_VERSION,
+        })
+        .collect()
+}

@@ -1,0 +1,201 @@
+//! The Redis Streams log. Every Redis command the service sends is in this file.
+//!
+//! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
+//! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
+//! and `XADD`s in one atomic step; the stream's own last id is the version, never `XLEN` (which
+//! is wrong after trimming).
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+
+use super::{stamp, Append, EventLog, StoreError, StoreResult};
+use crate::domain::event::SCHEMA_VERSION;
+use crate::domain::{AgentId, EventId, EventKind, NewEvent, Recorded, SessionId};
+
+/// Redis answers a command within this or the request fails with 503.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+pub struct RedisLog {
+    conn: ConnectionManager,
+    prefix: String,
+    append: Script,
+}
+
+impl RedisLog {
+    pub async fn connect(url: &str, prefix: &str) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(2);
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        Ok(Self {
+            conn,
+            prefix: prefix.to_owned(),
+            append: Script::new(include_str!("append.lua")),
+        })
+    }
+
+    pub fn key(&self, sid: &SessionId) -> String {
+        format!("{}:{{{}}}:log", self.prefix, sid)
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn corrupt(id: &str, reason: impl Into<String>) -> StoreError {
+    StoreError::Corrupt {
+        id: id.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => std::str::from_utf8(bytes(other)?).ok()?.parse().ok(),
+    }
+}
+
+/// Decodes one stream entry `[id, [field, value, ...]]`.
+fn decode_entry(entry: &Value) -> StoreResult<Recorded> {
+    let Value::Array(parts) = entry else {
+        return Err(corrupt("?", "entry is not an array"));
+    };
+    let [id, fields] = parts.as_slice() else {
+        return Err(corrupt("?", "entry has no fields"));
+    };
+    let id = bytes(id)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .unwrap_or("?");
+    let seq = EventId::parse(id).map_err(|e| corrupt(id, e))?;
+    let Value::Array(fields) = fields else {
+        return Err(corrupt(id, "fields are not an array"));
+    };
+    let (mut ty, mut agent, mut data, mut ts, mut v) = (None, None, None, None, None);
+    for pair in fields.chunks(2) {
+        let [name, value] = pair else {
+            return Err(corrupt(id, "odd field list"));
+        };
+        match bytes(name).unwrap_or_default() {
+            b"type" => ty = bytes(value),
+            b"agent" => agent = bytes(value),
+            b"data" => data = bytes(value),
+            b"ts" => ts = int(value),
+            b"v" => v = int(value),
+            _ => {}
+        }
+    }
+    let missing = |f: &str| corrupt(id, format!("field `{f}` is missing"));
+    let ty = std::str::from_utf8(ty.ok_or_else(|| missing("type"))?)
+        .map_err(|e| corrupt(id, e.to_string()))?;
+    let agent = std::str::from_utf8(agent.ok_or_else(|| missing("agent"))?)
+        .map_err(|e| corrupt(id, e.to_string()))?;
+    let v = v.ok_or_else(|| missing("v"))?;
+    if v != u64::from(SCHEMA_VERSION) {
+        return Err(corrupt(id, format!("unknown schema version {v}")));
+    }
+    Ok(Recorded {
+        id: seq,
+        agent: AgentId::parse(agent).map_err(|e| corrupt(id, e))?,
+        kind: EventKind::from_parts(ty, data.ok_or_else(|| missing("data"))?)
+            .map_err(|e| corrupt(id, e))?,
+        committed_at: ts.ok_or_else(|| missing("ts"))?,
+        v: SCHEMA_VERSION,
+    })
+}
+
+fn decode_entries(v: &Value) -> StoreResult<Vec<Recorded>> {
+    match v {
+        Value::Array(entries) => entries.iter().map(decode_entry).collect(),
+        Value::Nil => Ok(Vec::new()),
+        _ => Err(corrupt("?", "range reply is not an array")),
+    }
+}
+
+impl EventLog for RedisLog {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn read<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<Recorded>>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(self.key(sid))
+                .arg(format!("({after}-0"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(limit)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            decode_entries(&reply)
+        })
+    }
+
+    fn append<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        expected: u64,
+        events: &'a [NewEvent],
+    ) -> BoxFuture<'a, StoreResult<Append>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let mut inv = self.append.key(self.key(sid));
+            inv.arg(expected).arg(SCHEMA_VERSION);
+            for e in events {
+                inv.arg(e.kind.type_name())
+                    .arg(e.agent.as_str())
+                    .arg(e.kind.data_json());
+            }
+            let reply: Value = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
+            let Value::Array(parts) = &reply else {
+                return Err(corrupt("?", "append reply is not an array"));
+            };
+            let [ok, head, rest] = parts.as_slice() else {
+                return Err(corrupt("?", "append reply is short"));
+            };
+            let head = int(head).ok_or_else(|| corrupt("?", "append reply has no head"))?;
+            if int(ok) == Some(1) {
+                let ms = int(rest).ok_or_else(|| corrupt("?", "append reply has no time"))?;
+                Ok(Append::Committed(stamp(events, expected + 1, ms)))
+            } else {
+                Ok(Append::Conflict {
+                    head,
+                    missing: decode_entries(rest)?,
+                })
+            }
+        })
+    }
+
+    fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let _: Value = redis::cmd("PING")
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            Ok(())
+        })
+    }
+}
