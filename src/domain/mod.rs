@@ -9,3 +9,6 @@ pub use event::{EventKind, NewEvent, Recorded};
 pub use ids::{AgentId, EventId, SessionId};
 pub use plan::{Outcome, PlanView};
 pub use session::{DomainError, FoldError, SessionState};
+
+#[cfg(test)]
+mod proptests;

@@ -1,0 +1,270 @@
+use std::time::{Duration, Instant};
+
+use crate::helpers::{spawn_replica, TestRedis};
+use crate::on_both_stores;
+
+struct Case {
+    what: &'static str,
+    method: &'static str,
+    path: String,
+    body: Option<(Vec<u8>, &'static str)>,
+    status: u16,
+    code: &'static str,
+}
+
+fn cases(sid: &str) -> Vec<Case> {
+    let plan = format!("/v1/sessions/{sid}/agents/main/plan");
+    let json = |b: &str| Some((b.as_bytes().to_vec(), "application/json"));
+    let c = |what, method, path: &str, body, status, code| Case {
+        what,
+        method,
+        path: path.into(),
+        body,
+        status,
+        code,
+    };
+    vec![
+        c(
+            "malformed JSON",
+            "PUT",
+            &plan,
+            json("{\"active\":"),
+            400,
+            "malformed-json",
+        ),
+        c(
+            "wrong type",
+            "PUT",
+            &plan,
+            json(r#"{"active":"yes"}"#),
+            422,
+            "invalid-body",
+        ),
+        c(
+            "unknown field",
+            "PUT",
+            &plan,
+            json(r#"{"active":true,"force":true}"#),
+            422,
+            "invalid-body",
+        ),
+        c(
+            "missing field",
+            "PUT",
+            &plan,
+            json("{}"),
+            422,
+            "invalid-body",
+        ),
+        c(
+            "not JSON content type",
+            "PUT",
+            &plan,
+            Some((br#"{"active":true}"#.to_vec(), "text/plain")),
+            415,
+            "unsupported-media-type",
+        ),
+        c(
+            "body over 64 KiB",
+            "PUT",
+            &plan,
+            Some((
+                format!(r#"{{"active":true,"x":"{}"}}"#, "a".repeat(70_000)).into_bytes(),
+                "application/json",
+            )),
+            413,
+            "payload-too-large",
+        ),
+        c(
+            "oversize optional body",
+            "POST",
+            &format!("/v1/sessions/{sid}/agents"),
+            Some((vec![b' '; 70_000], "application/json")),
+            413,
+            "payload-too-large",
+        ),
+        c(
+            "unknown field on spawn",
+            "POST",
+            &format!("/v1/sessions/{sid}/agents"),
+            json(r#"{"parent":"main"}"#),
+            422,
+            "invalid-body",
+        ),
+        c(
+            "unknown owner",
+            "POST",
+            &format!("/v1/sessions/{sid}/agents"),
+            json(r#"{"owner":"ghost"}"#),
+            422,
+            "owner-not-found",
+        ),
+        c(
+            "malformed owner",
+            "POST",
+            &format!("/v1/sessions/{sid}/agents"),
+            json(r#"{"owner":"Not An Id"}"#),
+            422,
+            "invalid-body",
+        ),
+        c(
+            "malformed agent id",
+            "PUT",
+            &format!("/v1/sessions/{sid}/agents/BAD%20ID/plan"),
+            json(r#"{"active":true}"#),
+            400,
+            "invalid-id",
+        ),
+        c(
+            "malformed session id",
+            "GET",
+            "/v1/sessions/a%7Bb%7D",
+            None,
+            400,
+            "invalid-id",
+        ),
+        c(
+            "overlong session id",
+            "GET",
+            &format!("/v1/sessions/{}", "s".repeat(65)),
+            None,
+            400,
+            "invalid-id",
+        ),
+        c(
+            "unknown agent",
+            "PUT",
+            &format!("/v1/sessions/{sid}/agents/ghost/plan"),
+            json(r#"{"active":true}"#),
+            404,
+            "agent-not-found",
+        ),
+        c(
+            "unknown agent read",
+            "GET",
+            &format!("/v1/sessions/{sid}/agents/ghost"),
+            None,
+            404,
+            "agent-not-found",
+        ),
+        c(
+            "unknown session",
+            "PUT",
+            "/v1/sessions/nosuchsession/agents/main/plan",
+            json(r#"{"active":true}"#),
+            404,
+            "session-not-found",
+        ),
+        c(
+            "unknown session log",
+            "GET",
+            "/v1/sessions/nosuchsession/log",
+            None,
+            404,
+            "session-not-found",
+        ),
+        c(
+            "unknown session projection",
+            "GET",
+            "/v1/sessions/nosuchsession/projections/plan",
+            None,
+            404,
+            "session-not-found",
+        ),
+        c(
+            "bad cursor",
+            "GET",
+            &format!("/v1/sessions/{sid}/log?after=abc"),
+            None,
+            400,
+            "invalid-query",
+        ),
+        c(
+            "limit out of range",
+            "GET",
+            &format!("/v1/sessions/{sid}/log?limit=0"),
+            None,
+            400,
+            "invalid-query",
+        ),
+        c(
+            "limit not a number",
+            "GET",
+            &format!("/v1/sessions/{sid}/log?limit=ten"),
+            None,
+            400,
+            "invalid-query",
+        ),
+        c(
+            "unknown query parameter",
+            "GET",
+            &format!("/v1/sessions/{sid}/log?afer=1-0"),
+            None,
+            400,
+            "invalid-query",
+        ),
+        c(
+            "unknown route",
+            "GET",
+            "/v1/nothing-here",
+            None,
+            404,
+            "not-found",
+        ),
+    ]
+}
+
+on_both_stores! {
+    async fn bad_input_gets_a_problem_and_appends_nothing(app: TestApp) {
+        let sid = app.create_session().await;
+        app.set_plan(&sid, "main", true).await.ok();
+        let before = app.events(&sid).await;
+        for case in cases(&sid) {
+            let method = reqwest::Method::from_bytes(case.method.as_bytes()).unwrap();
+            let mut req = app.client.request(method, app.url(&case.path));
+            if let Some((body, ty)) = case.body {
+                req = req.header("content-type", ty).body(body);
+            }
+            let reply = app.send(req).await;
+            let detail = reply.assert_problem(case.status, case.code);
+            assert!(detail.len() > 10, "{}: the detail explains: {detail}", case.what);
+        }
+        assert_eq!(app.events(&sid).await, before, "rejected requests append nothing");
+        // The worker that rejected all of that still serves.
+        assert_eq!(app.plan(&sid, "main").await.ok(), serde_json::json!({"active": true}));
+    }
+}
+
+#[tokio::test]
+async fn redis_down_answers_503_with_retry_after_and_no_hang() {
+    let mut redis = TestRedis::start().await;
+    if !redis.is_owned() {
+        return; // A shared REDIS_URL server is not ours to stop.
+    }
+    let app = spawn_replica(Some(&redis), "a").await;
+    let sid = app.create_session().await;
+    redis.kill();
+    let started = Instant::now();
+    for reply in [
+        app.set_plan(&sid, "main", true).await,
+        app.plan(&sid, "main").await,
+        app.get("/readyz").await,
+    ] {
+        reply.assert_problem(503, "store-unavailable");
+        assert_eq!(reply.retry_after.as_deref(), Some("1"));
+        assert!(
+            !reply.body["detail"].as_str().unwrap().contains("127.0.0.1"),
+            "5xx bodies are opaque"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "failed fast: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        app.get("/healthz").await.status,
+        200,
+        "liveness does not depend on Redis"
+    );
+}

@@ -1,0 +1,324 @@
+//! The test harness: a real redis-server per test (or `REDIS_URL` with a per-test key
+//! prefix), real servers on loopback ports, and typed helpers per endpoint.
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use dsh_plan::config::Settings;
+use dsh_plan::startup::Application;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// A redis-server owned by one test: killed when the test (its thread) ends.
+pub struct TestRedis {
+    pub url: String,
+    /// Key prefix unique to this test, so a shared `REDIS_URL` server is never disturbed.
+    pub prefix: String,
+    child: Option<Child>,
+}
+
+impl TestRedis {
+    pub async fn start() -> Self {
+        let prefix = format!("dshtest-{}", uuid::Uuid::now_v7().simple());
+        if let Ok(url) = std::env::var("REDIS_URL") {
+            return Self {
+                url,
+                prefix,
+                child: None,
+            };
+        }
+        let port = free_port();
+        let mut cmd =
+            Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()));
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // Die with the thread that spawned us, even if the test panics or is killed.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .expect("redis-server must be installed (scripts/test.sh installs it)");
+        let url = format!("redis://127.0.0.1:{port}");
+        let redis = Self {
+            url,
+            prefix,
+            child: Some(child),
+        };
+        redis.wait_ready().await;
+        redis
+    }
+
+    async fn wait_ready(&self) {
+        let client = redis::Client::open(self.url.as_str()).unwrap();
+        for _ in 0..500 {
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                if redis::cmd("PING")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("redis-server did not start at {}", self.url);
+    }
+
+    /// A plain connection for arranging or inspecting the log directly.
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    pub fn key(&self, sid: &str) -> String {
+        format!("{}:{{{sid}}}:log", self.prefix)
+    }
+
+    /// Stops the server abruptly (only for a server this harness started).
+    pub fn kill(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn is_owned(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for TestRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One running replica.
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    handle: ServerHandle,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let h = self.handle.clone();
+        drop(h.stop(false));
+    }
+}
+
+pub async fn spawn_replica(redis: Option<&TestRedis>, replica: &str) -> TestApp {
+    let mut settings = Settings::local(redis.map(|r| r.url.clone()));
+    if let Some(r) = redis {
+        settings.key_prefix = r.prefix.clone();
+    }
+    settings.replica_id = Some(replica.to_owned());
+    settings.workers = Some(1);
+    let app = Application::build(settings)
+        .await
+        .expect("the application builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    TestApp {
+        address,
+        client,
+        handle,
+    }
+}
+
+/// An HTTP answer: status, content type and JSON body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_type: String,
+    pub retry_after: Option<String>,
+    pub body: Value,
+}
+
+impl Reply {
+    /// Asserts this is an RFC 9457 problem with `code` and returns its detail.
+    #[track_caller]
+    pub fn assert_problem(&self, status: u16, code: &str) -> String {
+        assert_eq!(self.status.as_u16(), status, "{self:?}");
+        assert_eq!(self.content_type, "application/problem+json", "{self:?}");
+        assert_eq!(self.body["code"], code, "{self:?}");
+        assert_eq!(self.body["status"], status, "{self:?}");
+        assert_eq!(self.body["type"], format!("urn:dsh-plan:problem:{code}"));
+        let detail = self.body["detail"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            !detail.is_empty(),
+            "a problem says what went wrong: {self:?}"
+        );
+        detail
+    }
+
+    #[track_caller]
+    pub fn ok(self) -> Value {
+        assert!(self.status.is_success(), "{self:?}");
+        self.body
+    }
+}
+
+impl TestApp {
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Reply {
+        let res = req.send().await.expect("the server answers");
+        let status = res.status();
+        let header = |n: &str| {
+            res.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let content_type = header("content-type").unwrap_or_default();
+        let retry_after = header("retry-after");
+        let bytes = res.bytes().await.unwrap_or_default();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            content_type,
+            retry_after,
+            body,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(self.client.get(self.url(path))).await
+    }
+
+    pub async fn post_json(&self, path: &str, body: Value) -> Reply {
+        self.send(self.client.post(self.url(path)).json(&body))
+            .await
+    }
+
+    pub async fn create_session(&self) -> String {
+        let reply = self.send(self.client.post(self.url("/v1/sessions"))).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+        reply.body["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn session(&self, sid: &str) -> Reply {
+        self.get(&format!("/v1/sessions/{sid}")).await
+    }
+
+    pub async fn spawn_agent(&self, sid: &str, owner: Option<&str>) -> Reply {
+        self.post_json(
+            &format!("/v1/sessions/{sid}/agents"),
+            json!({ "owner": owner }),
+        )
+        .await
+    }
+
+    pub async fn plan(&self, sid: &str, aid: &str) -> Reply {
+        self.get(&format!("/v1/sessions/{sid}/agents/{aid}/plan"))
+            .await
+    }
+
+    pub async fn set_plan(&self, sid: &str, aid: &str, active: bool) -> Reply {
+        let url = self.url(&format!("/v1/sessions/{sid}/agents/{aid}/plan"));
+        self.send(self.client.put(url).json(&json!({ "active": active })))
+            .await
+    }
+
+    /// Every event of the session, through the paged log route.
+    pub async fn events(&self, sid: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut after = "0-0".to_owned();
+        loop {
+            let page = self
+                .get(&format!("/v1/sessions/{sid}/log?after={after}&limit=1000"))
+                .await
+                .ok();
+            out.extend(page["events"].as_array().unwrap().iter().cloned());
+            after = page["cursor"].as_str().unwrap().to_owned();
+            if !page["has_more"].as_bool().unwrap() {
+                return out;
+            }
+        }
+    }
+
+    pub async fn events_of_type(&self, sid: &str, ty: &str) -> Vec<Value> {
+        self.events(sid)
+            .await
+            .into_iter()
+            .filter(|e| e["type"] == ty)
+            .collect()
+    }
+}
+
+/// Runs `dsh-plan verify` on a session, as an operator would.
+pub fn verify(redis: &TestRedis, sid: &str) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dsh-plan"))
+        .args(["verify", "--session", sid])
+        .env("REDIS_URL", &redis.url)
+        .env("DSH_KEY_PREFIX", &redis.prefix)
+        .output()
+        .expect("the dsh-plan binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Defines a scenario once and runs it on Redis and on the in-memory log.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($(async fn $name:ident($app:ident: TestApp) $body:block)*) => {
+        $(
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                async fn scenario($app: $crate::helpers::TestApp) $body
+
+                #[tokio::test]
+                async fn on_redis() {
+                    let redis = $crate::helpers::TestRedis::start().await;
+                    scenario($crate::helpers::spawn_replica(Some(&redis), "a").await).await;
+                }
+
+                #[tokio::test]
+                async fn on_memory() {
+                    scenario($crate::helpers::spawn_replica(None, "a").await).await;
+                }
+            }
+        )*
+    };
+}

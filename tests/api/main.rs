@@ -1,0 +1,11 @@
+//! The one integration test binary: every test starts its own servers on loopback ports, and
+//! every Redis scenario its own redis-server.
+
+mod helpers;
+
+mod errors;
+mod openapi;
+mod plan;
+mod replicas;
+mod sessions;
+mod verify;
