@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Plan GET/PUT throughput and latency on loopback, and GET latency on a session whose log
+# holds 100,000 events vs 10. Starts its own redis-server and server on free ports, runs wrk
+# (64 connections, 2 threads) against 127.0.0.1 only, and stops everything when done.
+#
+#   bash k6/bench-plan.sh            # Redis store (the real stack)
+#   STORE=memory bash k6/bench-plan.sh
+#   DURATION=20s CONNECTIONS=64 bash k6/bench-plan.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-15s}
+CONNECTIONS=${CONNECTIONS:-64}
+STORE=${STORE:-redis}
+SESSIONS_N=${SESSIONS_N:-256}
+BIG=${BIG:-100000}
+
+command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+cargo build --release -q
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+RPORT=$(free_port)
+redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
+pids+=($!)
+until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do sleep 0.05; done
+
+HPORT=$(free_port)
+BASE=http://127.0.0.1:$HPORT
+if [ "$STORE" = redis ]; then export REDIS_URL=redis://127.0.0.1:$RPORT; else unset REDIS_URL; fi
+RUST_LOG=warn DSH_BIND=127.0.0.1:$HPORT target/release/dsh-plan &
+pids+=($!)
+until curl -sf "$BASE/healthz" >/dev/null; do sleep 0.05; done
+
+new_session() { curl -sf -XPOST "$BASE/v1/sessions" | python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'; }
+SESSIONS=$(for _ in $(seq "$SESSIONS_N"); do new_session; done | paste -sd, -)
+export SESSIONS
+
+run() { # name mode sessions
+  echo "== $1 ($STORE store, $CONNECTIONS connections, $DURATION)"
+  SESSIONS=$3 MODE=$2 wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s k6/wrk/plan.lua "$BASE" \
+    | grep -E 'Requests/sec|non-2xx|Latency  |99%'
+}
+
+run "GET plan" get "$SESSIONS"
+run "PUT plan (toggling)" put "$SESSIONS"
+
+if [ "$STORE" = redis ]; then
+  # A session with $BIG events, written straight into its stream as toggling plan/mode events.
+  BIGSID=$(new_session)
+  python3 - "$BIGSID" "$BIG" <<'PY' | redis-cli -p "$RPORT" --pipe >/dev/null
+import sys
+sid, n = sys.argv[1], int(sys.argv[2])
+key = f"dsh:{{{sid}}}:log"
+out = sys.stdout
+def cmd(*args):
+    out.write(f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args))
+for seq in range(2, n + 2):
+    cmd("XADD", key, f"{seq}-0", "type", "plan/mode", "agent", "main",
+        "data", '{"active":%s}' % ("true" if seq % 2 == 0 else "false"), "ts", "1", "v", "1")
+PY
+  SMALL=$(new_session)
+  for v in true false true false true false true false true; do
+    curl -sf -XPUT -H 'content-type: application/json' -d "{\"active\":$v}" "$BASE/v1/sessions/$SMALL/agents/main/plan" >/dev/null
+  done
+  echo "== first (cold) read of the $BIG-event session:"
+  curl -s -o /dev/null -w '   %{time_total}s\n' "$BASE/v1/sessions/$BIGSID/agents/main/plan"
+  run "GET plan, one session of 10 events" get "$SMALL"
+  run "GET plan, one session of $((BIG + 1)) events" get "$BIGSID"
+  echo "== dsh-plan verify on the $((BIG + 1))-event session:"
+  /usr/bin/time -f '   %es, %MKB max RSS' target/release/dsh-plan verify --session "$BIGSID" 2>&1 | grep -v INFO
+fi

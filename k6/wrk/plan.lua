@@ -1,0 +1,39 @@
+-- wrk script for GET/PUT …/plan over many sessions.
+-- SESSIONS: comma-separated session ids; MODE: get | put.
+-- PUT toggles each session's root agent, so most requests commit a plan/mode.
+local sessions = {}
+for sid in string.gmatch(os.getenv("SESSIONS") or "", "[^,]+") do
+  sessions[#sessions + 1] = sid
+end
+local mode = os.getenv("MODE") or "get"
+local counter = 0
+local toggles = {}
+
+function init(args)
+  -- Offset threads so they do not walk the same sessions in lock step.
+  counter = math.random(1, #sessions)
+end
+
+function request()
+  counter = counter + 1
+  local i = (counter % #sessions) + 1
+  local path = "/v1/sessions/" .. sessions[i] .. "/agents/main/plan"
+  if mode == "put" then
+    toggles[i] = not toggles[i]
+    local body = toggles[i] and '{"active":true}' or '{"active":false}'
+    return wrk.format("PUT", path, { ["Content-Type"] = "application/json" }, body)
+  end
+  return wrk.format("GET", path)
+end
+
+local errors = 0
+function response(status, headers, body)
+  if status ~= 200 then
+    errors = errors + 1
+  end
+end
+
+function done(summary, latency, requests)
+  io.write(string.format("non-2xx/3xx: %d  p50 %.2f ms  p99 %.2f ms\n",
+    summary.errors.status, latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+end
