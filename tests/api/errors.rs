@@ -268,3 +268,41 @@ async fn redis_down_answers_503_with_retry_after_and_no_hang() {
         "liveness does not depend on Redis"
     );
 }
+
+on_both_stores! {
+    async fn random_bodies_and_ids_never_reach_a_5xx_or_append(app: TestApp) {
+        let sid = app.create_session().await;
+        let before = app.events(&sid).await;
+        // A small deterministic generator: JSON-ish fragments, raw bytes and odd ids.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let pieces = ["{", "}", "\"active\"", ":", "true", "null", "[", "]", ",", "\"owner\"", "1e999", "\u{0}", "\"\\ud800\"", " ", "\"main\""];
+        let mut accepted_writes = 0;
+        for _ in 0..300 {
+            let len = (next() % 12) as usize;
+            let body: String = (0..len).map(|_| pieces[(next() % pieces.len() as u64) as usize]).collect();
+            let agent = ["main", "", "%7B%7D", "..", "a%00b", "x".repeat(70).as_str()][(next() % 6) as usize].to_owned();
+            let (method, path) = match next() % 3 {
+                0 => (reqwest::Method::PUT, format!("/v1/sessions/{sid}/agents/{agent}/plan")),
+                1 => (reqwest::Method::POST, format!("/v1/sessions/{sid}/agents")),
+                _ => (reqwest::Method::GET, format!("/v1/sessions/{sid}/log?after={agent}")),
+            };
+            let req = app.client.request(method, app.url(&path)).header("content-type", "application/json").body(body.clone());
+            let reply = app.send(req).await;
+            assert!(reply.status.as_u16() < 500, "{path} {body:?} -> {reply:?}");
+            if !reply.status.is_success() {
+                assert_eq!(reply.content_type, "application/problem+json", "{path} {body:?}");
+            } else if reply.status == 201 || ["committed", "queued", "cancelled"].contains(&reply.body["outcome"].as_str().unwrap_or("")) {
+                accepted_writes += 1;
+            }
+        }
+        // Only the requests that were accepted appended, one event each.
+        assert_eq!(app.events(&sid).await.len(), before.len() + accepted_writes);
+        assert_eq!(app.get("/healthz").await.status, 200);
+    }
+}
