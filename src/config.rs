@@ -51,6 +51,32 @@ pub struct Settings {
     /// HTTP worker threads; default one per core.
     #[arg(long, env = "DSH_WORKERS", global = true)]
     pub workers: Option<usize>,
+    /// Model provider: `fixture` (deterministic, offline) or `openai` (any OpenAI-compatible
+    /// Chat Completions endpoint).
+    #[arg(long, env = "DSH_PROVIDER", default_value = "fixture", global = true)]
+    pub provider: String,
+    /// Base URL of the OpenAI-compatible API (`…/chat/completions` is appended).
+    #[arg(
+        long,
+        env = "DSH_PROVIDER_URL",
+        default_value = "https://api.openai.com/v1",
+        global = true
+    )]
+    pub provider_url: String,
+    /// Model name sent to the provider.
+    #[arg(long, env = "DSH_MODEL", default_value = "gpt-4o-mini", global = true)]
+    pub model: String,
+    /// Delay between the fixture provider's tokens, in milliseconds.
+    #[arg(
+        long,
+        env = "DSH_FIXTURE_TOKEN_DELAY_MS",
+        default_value_t = 30,
+        global = true
+    )]
+    pub fixture_token_delay_ms: u64,
+    /// A directory whose `AGENTS.md` becomes the workspace-instructions section.
+    #[arg(long, env = "DSH_WORKSPACE", global = true)]
+    pub workspace: Option<String>,
 }
 
 impl Settings {
@@ -62,6 +88,11 @@ impl Settings {
             key_prefix: "dsh".into(),
             replica_id: None,
             workers: Some(2),
+            provider: "fixture".into(),
+            provider_url: "http://127.0.0.1:9/v1".into(),
+            model: "fixture-model".into(),
+            fixture_token_delay_ms: 30,
+            workspace: None,
         }
     }
 
@@ -70,6 +101,13 @@ impl Settings {
             .clone()
             .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()))
     }
+}
+
+/// The provider key: read from the environment only (never a flag, never logged).
+pub fn provider_key() -> Option<String> {
+    std::env::var("DSH_PROVIDER_KEY")
+        .ok()
+        .filter(|k| !k.is_empty())
 }
 
 fn hostname() -> String {

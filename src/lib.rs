@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod domain;
+pub mod engine;
 pub mod http;
 pub mod service;
 pub mod startup;

@@ -27,7 +27,7 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::bail!("verify reads a Redis log: set REDIS_URL or pass --redis-url");
             }
             let store = open_store(&cli.serve).await?;
-            let report = dsh_plan::verify::verify(store.as_ref(), &sid)
+            let report = dsh_plan::verify::verify(store.log.as_ref(), &sid)
                 .await
                 .context("reading the log")?;
             for v in &report.violations {

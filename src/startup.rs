@@ -7,10 +7,20 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 
-use crate::config::{redact, Settings};
+use crate::config::{provider_key, redact, Settings};
+use crate::engine::assembly::{Prompting, DEFAULT_PLAN_POLICY};
+use crate::engine::provider::{fixture::Fixture, openai::OpenAi, ModelClient};
+use crate::engine::{Engine, Timing};
 use crate::http::{self, AppState};
 use crate::service::Sessions;
-use crate::store::{EventLog, MemoryLog, RedisLog};
+use crate::store::{EventLog, MemoryLeases, MemoryLog, RedisLeases, RedisLog, TurnLeases};
+
+/// The stores a replica needs.
+#[derive(Clone)]
+pub struct Stores {
+    pub log: Arc<dyn EventLog>,
+    pub leases: Arc<dyn TurnLeases>,
+}
 
 pub struct Application {
     port: u16,
@@ -19,21 +29,47 @@ pub struct Application {
 }
 
 /// Opens the configured store: Redis when a URL is given, else the embedded in-memory log.
-pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn EventLog>> {
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
     Ok(match &settings.redis_url {
         Some(url) => {
             let log = RedisLog::connect(url, &settings.key_prefix)
                 .await
                 .with_context(|| format!("connecting to Redis at {}", redact(url)))?;
             tracing::info!(redis = %redact(url), prefix = %settings.key_prefix, "store: Redis Streams");
-            Arc::new(log)
+            let leases = Arc::new(RedisLeases::new(&log));
+            Stores {
+                log: Arc::new(log),
+                leases,
+            }
         }
         None => {
             tracing::warn!(
                 "store: embedded in-memory log (REDIS_URL unset): single process, nothing persisted"
             );
-            Arc::new(MemoryLog::default())
+            Stores {
+                log: Arc::new(MemoryLog::default()),
+                leases: Arc::new(MemoryLeases::default()),
+            }
         }
+    })
+}
+
+/// The configured model provider. The key is read from the environment here and nowhere else.
+pub fn open_provider(
+    settings: &Settings,
+    plan_policy: Option<String>,
+) -> anyhow::Result<Arc<dyn ModelClient>> {
+    Ok(match settings.provider.as_str() {
+        "fixture" => Arc::new(Fixture::new(
+            plan_policy,
+            std::time::Duration::from_millis(settings.fixture_token_delay_ms),
+        )),
+        "openai" => {
+            let key = provider_key();
+            tracing::info!(url = %settings.provider_url, model = %settings.model, key = if key.is_some() { "set" } else { "unset" }, "provider: openai");
+            Arc::new(OpenAi::new(&settings.provider_url, key, &settings.model)?)
+        }
+        other => anyhow::bail!("DSH_PROVIDER must be `fixture` or `openai`, not `{other}`"),
     })
 }
 
@@ -43,9 +79,24 @@ impl Application {
         Self::build_with_store(settings, store)
     }
 
-    pub fn build_with_store(settings: Settings, store: Arc<dyn EventLog>) -> anyhow::Result<Self> {
+    pub fn build_with_store(settings: Settings, stores: Stores) -> anyhow::Result<Self> {
         let replica_id = settings.replica_id();
-        let state = AppState::new(Sessions::new(store), replica_id.clone());
+        let policy = Some(DEFAULT_PLAN_POLICY.to_owned());
+        let prompting = Prompting::new(
+            policy.clone(),
+            Prompting::workspace_instructions(settings.workspace.as_deref()),
+        );
+        let provider = open_provider(&settings, policy)?;
+        let engine = Engine::new(
+            stores.log.clone(),
+            stores.leases,
+            provider,
+            prompting,
+            replica_id.clone(),
+            Timing::default(),
+        );
+        engine.start();
+        let state = AppState::new(Sessions::new(stores.log), engine, replica_id.clone());
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;
         let port = listener.local_addr()?.port();

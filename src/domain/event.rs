@@ -67,6 +67,9 @@ pub struct UserMessage {
     /// Who wrote it when not the user, e.g. `plugin:plan-mode`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// True when sent while a turn ran: the next step includes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub steer: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -81,6 +84,86 @@ pub struct TurnEnded {
     pub turn: String,
     /// `completed`, `cancelled` or `failed`.
     pub reason: String,
+}
+
+/// A system-prompt section as a step header names it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SectionRef {
+    pub name: String,
+    pub order: u32,
+}
+
+/// What a step's request describes: recorded before the request is sent, so a retry or another
+/// replica sends the identical request and the notification rule can compare plan states.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepHeader {
+    /// The plan state this step's request describes.
+    pub plan: PlanMode,
+    /// The system-prompt sections, in order.
+    pub sections: Vec<SectionRef>,
+    /// SHA-256 of the serialized tool list (identical in both plan states).
+    pub tools_hash: String,
+    /// SHA-256 of the whole frozen request (system prompt, history, tools).
+    pub assembly_hash: String,
+    /// The replica that runs this step.
+    pub replica: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepStarted {
+    pub turn: String,
+    /// 1-based step number within the turn.
+    pub step: u32,
+    pub header: StepHeader,
+    /// The frozen system prompt; history is the agent's recorded messages before this event.
+    pub system: String,
+}
+
+/// Another attempt at a step whose request failed or whose replica died; the frozen request is
+/// sent again unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepRetried {
+    pub turn: String,
+    pub step: u32,
+    /// 2 for the first retry, and so on.
+    pub attempt: u32,
+    pub replica: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model wrote them (a JSON document).
+    pub arguments: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AssistantMessage {
+    pub turn: String,
+    pub step: u32,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolResult {
+    pub turn: String,
+    pub call_id: String,
+    pub name: String,
+    /// False for a failed call; `result.reason` then says why.
+    pub ok: bool,
+    #[schema(value_type = Object)]
+    pub result: serde_json::Value,
 }
 
 /// What happened. `type` names it; `data` carries its payload.
@@ -103,6 +186,14 @@ pub enum EventKind {
     TurnStarted(TurnStarted),
     #[serde(rename = "turn/ended")]
     TurnEnded(TurnEnded),
+    #[serde(rename = "step/started")]
+    StepStarted(StepStarted),
+    #[serde(rename = "step/retried")]
+    StepRetried(StepRetried),
+    #[serde(rename = "assistant/message")]
+    AssistantMessage(AssistantMessage),
+    #[serde(rename = "tool/result")]
+    ToolResult(ToolResult),
 }
 
 impl EventKind {
@@ -116,6 +207,10 @@ impl EventKind {
             EventKind::UserMessage(_) => "user/message",
             EventKind::TurnStarted(_) => "turn/started",
             EventKind::TurnEnded(_) => "turn/ended",
+            EventKind::StepStarted(_) => "step/started",
+            EventKind::StepRetried(_) => "step/retried",
+            EventKind::AssistantMessage(_) => "assistant/message",
+            EventKind::ToolResult(_) => "tool/result",
         }
     }
 

@@ -4,6 +4,7 @@ pub mod event;
 pub mod ids;
 pub mod plan;
 pub mod session;
+pub mod turn;
 
 pub use event::{EventKind, NewEvent, Recorded};
 pub use ids::{AgentId, EventId, SessionId};

@@ -97,6 +97,44 @@ pub fn decide_set(view: PlanView, running: bool, target: bool) -> (Outcome, Opti
     }
 }
 
+/// Who writes the mode-change notification the model reads.
+pub const NOTIFICATION_SOURCE: &str = "plugin:plan-mode";
+
+/// The model-facing notification that the plan state changed since its last request.
+pub fn notification(active: bool) -> String {
+    if active {
+        "Plan mode is now active. Explore and design before changing anything, then submit the \
+         complete plan with `exit_plan_mode` for the user's review."
+            .into()
+    } else {
+        "Plan mode has ended. You may now carry out the work.".into()
+    }
+}
+
+/// The plan part of a pre-step (DESIGN §2 "Turn / step", "Notification"): the pending choice
+/// is committed, and a notification is added when this step's state differs from the state
+/// the agent's last recorded step header described (no header yet: no notification).
+/// Returns the plan state the step describes and the events to append before its header.
+pub fn decide_prestep(record: PlanRecord, last_header: Option<bool>) -> (bool, Vec<EventKind>) {
+    let view = record.view();
+    let mut events = Vec::new();
+    let active = match view.pending {
+        Some(target) => {
+            events.push(EventKind::PlanMode(PlanMode { active: target }));
+            target
+        }
+        None => view.active,
+    };
+    if last_header.is_some_and(|described| described != active) {
+        events.push(EventKind::UserMessage(super::event::UserMessage {
+            text: notification(active),
+            source: Some(NOTIFICATION_SOURCE.into()),
+            steer: false,
+        }));
+    }
+    (active, events)
+}
+
 /// The plan projection unit: recomputes `{active, pending}` per agent from `command/run`
 /// (name `plan`: args `off` → inactive, anything else → active), `plan/select` and `plan/mode`
 /// alone, independently of the session fold, so the two can be held against each other.
@@ -339,6 +377,57 @@ mod tests {
             serde_json::to_value(none).unwrap(),
             serde_json::json!({"active": true})
         );
+    }
+
+    #[test]
+    fn a_prestep_commits_the_pending_choice_and_notifies_when_the_header_differs() {
+        let rec = PlanRecord {
+            active: true,
+            target: Some(false),
+        };
+        let (active, events) = decide_prestep(rec, Some(true));
+        assert!(!active);
+        assert_eq!(events[0], EventKind::PlanMode(PlanMode { active: false }));
+        assert!(
+            matches!(&events[1], EventKind::UserMessage(m) if m.source.as_deref() == Some(NOTIFICATION_SOURCE))
+        );
+    }
+
+    #[test]
+    fn a_prestep_without_a_previous_header_adds_no_notification() {
+        let (active, events) = decide_prestep(
+            PlanRecord {
+                active: true,
+                target: None,
+            },
+            None,
+        );
+        assert!(active);
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn a_prestep_notifies_a_change_committed_while_idle() {
+        // Committed at once while idle: nothing pending, but the last header said inactive.
+        let (active, events) = decide_prestep(
+            PlanRecord {
+                active: true,
+                target: None,
+            },
+            Some(false),
+        );
+        assert!(active);
+        assert_eq!(events.len(), 1);
+        // Same state as the last header: nothing to say.
+        assert!(decide_prestep(
+            PlanRecord {
+                active: true,
+                target: Some(true)
+            },
+            Some(true)
+        )
+        .1
+        .is_empty());
     }
 
     #[test]

@@ -10,7 +10,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::event::{
-    AgentSpawned, EventKind, ForkOrigin, NewEvent, Recorded, SessionCreated, TurnEnded, TurnStarted,
+    AgentSpawned, AssistantMessage, EventKind, ForkOrigin, NewEvent, Recorded, SessionCreated,
+    StepRetried, StepStarted, ToolResult, TurnEnded, TurnStarted, UserMessage,
 };
 use super::ids::{AgentId, EventId, SessionId};
 use super::plan::{decide_set, Outcome, PlanRecord, PlanView};
@@ -31,6 +32,8 @@ pub struct AgentState {
     pub plan: PlanRecord,
     /// The open turn, if any.
     pub turn: Option<String>,
+    /// The plan state described by this agent's last `step/started` header.
+    pub last_header_plan: Option<bool>,
 }
 
 impl AgentState {
@@ -134,6 +137,15 @@ impl SessionState {
                         }
                         agent.turn = None;
                     }
+                    EventKind::StepStarted(StepStarted { turn, header, .. }) => {
+                        open_turn(agent, turn).map_err(fail)?;
+                        agent.last_header_plan = Some(header.plan.active);
+                    }
+                    EventKind::StepRetried(StepRetried { turn, .. })
+                    | EventKind::AssistantMessage(AssistantMessage { turn, .. })
+                    | EventKind::ToolResult(ToolResult { turn, .. }) => {
+                        open_turn(agent, turn).map_err(fail)?
+                    }
                     other => agent.plan.evolve(other),
                 }
             }
@@ -206,6 +218,87 @@ impl SessionState {
     }
 }
 
+fn open_turn(agent: &AgentState, turn: &str) -> Result<(), String> {
+    match &agent.turn {
+        Some(open) if open == turn => Ok(()),
+        _ => Err(format!("event for turn `{turn}`, which is not open")),
+    }
+}
+
+/// The answer to a prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Prompted {
+    /// The turn that will read the message.
+    pub turn: String,
+    /// True when a turn was already running: the message is included in its next step.
+    pub steered: bool,
+}
+
+impl SessionState {
+    /// A prompt: opens turn `new_turn` on an idle agent, or steers the running one.
+    pub fn decide_prompt(
+        &self,
+        agent: &AgentId,
+        text: &str,
+        new_turn: &str,
+    ) -> Result<(Prompted, Vec<NewEvent>), DomainError> {
+        let a = self.agent(agent)?;
+        let steer = a.turn.is_some();
+        let message = NewEvent::new(
+            agent,
+            EventKind::UserMessage(UserMessage {
+                text: text.to_owned(),
+                source: None,
+                steer,
+            }),
+        );
+        Ok(match &a.turn {
+            Some(open) => (
+                Prompted {
+                    turn: open.clone(),
+                    steered: true,
+                },
+                vec![message],
+            ),
+            None => {
+                let start = NewEvent::new(
+                    agent,
+                    EventKind::TurnStarted(TurnStarted {
+                        turn: new_turn.to_owned(),
+                    }),
+                );
+                (
+                    Prompted {
+                        turn: new_turn.to_owned(),
+                        steered: false,
+                    },
+                    vec![start, message],
+                )
+            }
+        })
+    }
+
+    /// Ends `agent`'s open turn with `reason`, if one is open (and is `turn`, when given).
+    pub fn decide_end_turn(
+        &self,
+        agent: &AgentId,
+        turn: Option<&str>,
+        reason: &str,
+    ) -> Result<(Option<String>, Vec<NewEvent>), DomainError> {
+        let a = self.agent(agent)?;
+        match &a.turn {
+            Some(open) if turn.is_none_or(|t| t == open) => {
+                let end = EventKind::TurnEnded(TurnEnded {
+                    turn: open.clone(),
+                    reason: reason.to_owned(),
+                });
+                Ok((Some(open.clone()), vec![NewEvent::new(agent, end)]))
+            }
+            _ => Ok((None, Vec::new())),
+        }
+    }
+}
+
 /// The events that create a session: its root agent `main` comes with `session/created`.
 pub fn decide_create(parent: Option<ForkOrigin>) -> Vec<NewEvent> {
     vec![NewEvent::new(
@@ -219,6 +312,7 @@ fn fresh_agent(owner: Option<AgentId>) -> AgentState {
         owner,
         plan: PlanRecord::default(),
         turn: None,
+        last_header_plan: None,
     }
 }
 

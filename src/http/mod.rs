@@ -8,27 +8,31 @@ use utoipa::OpenApi;
 use utoipa_actix_web::service_config::ServiceConfig;
 
 use crate::domain::{AgentId, SessionId};
+use crate::engine::Engine;
 use crate::service::Sessions;
 
 pub mod error;
 mod plan;
 mod sessions;
 mod system;
+mod turns;
 
 pub use error::{ApiError, Code, Problem};
 
 /// What every handler shares.
 pub struct AppState {
     pub sessions: Sessions,
+    pub engine: Arc<Engine>,
     pub replica_id: String,
 }
 
 pub type State = web::Data<AppState>;
 
 impl AppState {
-    pub fn new(sessions: Sessions, replica_id: String) -> Arc<Self> {
+    pub fn new(sessions: Sessions, engine: Arc<Engine>, replica_id: String) -> Arc<Self> {
         Arc::new(Self {
             sessions,
+            engine,
             replica_id,
         })
     }
@@ -54,6 +58,7 @@ pub(crate) fn ids(raw: &(String, String)) -> Result<(SessionId, AgentId), ApiErr
     tags(
         (name = "sessions", description = "Sessions, agents and their event logs"),
         (name = "plan", description = "Plan mode: the recorded state and the user's pending choice"),
+        (name = "turns", description = "Prompts, steering and cancelling turns"),
         (name = "system", description = "Status, health and readiness")
     )
 )]
@@ -71,7 +76,9 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(sessions::read_log)
         .service(plan::get_plan)
         .service(plan::put_plan)
-        .service(plan::plan_projection);
+        .service(plan::plan_projection)
+        .service(turns::post_message)
+        .service(turns::cancel);
 }
 
 /// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.

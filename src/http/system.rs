@@ -33,6 +33,8 @@ pub struct Status {
     pub store: &'static str,
     /// This replica's id.
     pub replica: String,
+    /// The model provider: `fixture` or `openai`.
+    pub provider: &'static str,
     pub features: Features,
 }
 
@@ -45,6 +47,7 @@ pub async fn status(state: State) -> Json<Status> {
         version: env!("CARGO_PKG_VERSION"),
         store: state.sessions.log().kind(),
         replica: state.replica_id.clone(),
+        provider: state.engine.provider_name(),
         features: Features {
             plan_mode: Some(PlanModeFeature {
                 section: "plan:policy",

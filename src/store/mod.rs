@@ -12,8 +12,8 @@ use crate::domain::{NewEvent, Recorded, SessionId};
 pub mod memory;
 pub mod redis;
 
-pub use self::memory::MemoryLog;
-pub use self::redis::RedisLog;
+pub use self::memory::{MemoryLeases, MemoryLog};
+pub use self::redis::{RedisLeases, RedisLog};
 
 /// How many missed events a conflict reply carries at most; the caller reads the rest.
 pub const CONFLICT_BATCH: usize = 512;
@@ -65,6 +65,34 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// Checks that the store answers.
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
+}
+
+/// Leases on running turns: a turn is run by the replica holding its lease; a lease not renewed
+/// within its ttl (the replica died) can be claimed by any other replica, which resumes the turn
+/// from the log. Members are opaque strings naming a turn.
+pub trait TurnLeases: Send + Sync + 'static {
+    /// Takes the lease unless another owner holds it unexpired.
+    fn acquire<'a>(
+        &'a self,
+        member: &'a str,
+        owner: &'a str,
+        ttl_ms: u64,
+    ) -> BoxFuture<'a, StoreResult<bool>>;
+    /// Extends the lease; false when `owner` no longer holds it.
+    fn renew<'a>(
+        &'a self,
+        member: &'a str,
+        owner: &'a str,
+        ttl_ms: u64,
+    ) -> BoxFuture<'a, StoreResult<bool>>;
+    fn release<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>>;
+    /// Takes up to `max` expired leases for `owner` and returns their members.
+    fn claim_expired<'a>(
+        &'a self,
+        owner: &'a str,
+        ttl_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<String>>>;
 }
 
 pub(crate) fn now_ms() -> u64 {

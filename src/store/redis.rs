@@ -199,3 +199,74 @@ impl EventLog for RedisLog {
         })
     }
 }
+
+/// Turn leases in one sorted set (member → expiry) and one hash (member → owner), changed only
+/// by `lease.lua`.
+pub struct RedisLeases {
+    conn: ConnectionManager,
+    keys: [String; 2],
+    script: Script,
+}
+
+impl RedisLeases {
+    pub fn new(log: &RedisLog) -> Self {
+        Self {
+            conn: log.conn.clone(),
+            keys: [
+                format!("{}:{{leases}}:expiry", log.prefix),
+                format!("{}:{{leases}}:owner", log.prefix),
+            ],
+            script: Script::new(include_str!("lease.lua")),
+        }
+    }
+
+    async fn run(&self, op: &str, owner: &str, ttl: u64, arg: &str) -> StoreResult<Value> {
+        let mut conn = self.conn.clone();
+        let mut inv = self.script.key(&self.keys[0]);
+        inv.key(&self.keys[1]).arg(op).arg(owner).arg(ttl).arg(arg);
+        inv.invoke_async(&mut conn).await.map_err(unavailable)
+    }
+}
+
+impl super::TurnLeases for RedisLeases {
+    fn acquire<'a>(
+        &'a self,
+        member: &'a str,
+        owner: &'a str,
+        ttl: u64,
+    ) -> BoxFuture<'a, StoreResult<bool>> {
+        Box::pin(async move { Ok(int(&self.run("acquire", owner, ttl, member).await?) == Some(1)) })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        member: &'a str,
+        owner: &'a str,
+        ttl: u64,
+    ) -> BoxFuture<'a, StoreResult<bool>> {
+        Box::pin(async move { Ok(int(&self.run("renew", owner, ttl, member).await?) == Some(1)) })
+    }
+
+    fn release<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move { self.run("release", owner, 0, member).await.map(|_| ()) })
+    }
+
+    fn claim_expired<'a>(
+        &'a self,
+        owner: &'a str,
+        ttl: u64,
+        max: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<String>>> {
+        Box::pin(async move {
+            let reply = self.run("claim", owner, ttl, &max.to_string()).await?;
+            let Value::Array(items) = reply else {
+                return Ok(Vec::new());
+            };
+            Ok(items
+                .iter()
+                .filter_map(bytes)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect())
+        })
+    }
+}

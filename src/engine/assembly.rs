@@ -1,0 +1,249 @@
+//! Request assembly: what the provider receives for a step (DESIGN §2 "Request assembly").
+//!
+//! The system prompt is the registered sections sorted by `order`; `plan:policy` (order 50)
+//! is present only while the step is in plan mode, so entering or leaving plan mode changes the
+//! prompt from order 50 on and nothing before it. The tool list always holds `exit_plan_mode`
+//! and serializes to the same bytes in both states (prompt-cache stability). History is the
+//! agent's recorded messages before the step's header.
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::domain::event::{SectionRef, StepStarted};
+use crate::domain::plan::NOTIFICATION_SOURCE;
+use crate::domain::{AgentId, EventKind, Recorded};
+
+pub const PLAN_SECTION: &str = "plan:policy";
+pub const PLAN_ORDER: u32 = 50;
+pub const EXIT_TOOL: &str = "exit_plan_mode";
+
+/// The product policy used when the manifest does not give one (our own words).
+pub const DEFAULT_PLAN_POLICY: &str = "You are in plan mode. Plan before you change anything.\n\
+- Inspect first: read the relevant code, configuration and docs before proposing anything.\n\
+- Do not make changes while planning: no edits, writes or other side effects.\n\
+- Find discoverable facts yourself instead of asking the user; ask only about real choices.\n\
+- Make the plan complete enough to decide on: the steps, the files involved, the risks and how \
+you will verify the result.\n\
+- Submit the plan as your single, final call to `exit_plan_mode` with the whole plan in Markdown.";
+
+const BASE_PROMPT: &str = "You are dsh, an AI agent working with a user on their software \
+project. Be accurate and concise, and say what you did and what you did not do.";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Section {
+    pub name: String,
+    pub order: u32,
+    pub text: String,
+}
+
+/// The section registry: the product base, workspace instructions, and the plan policy.
+#[derive(Clone, Debug)]
+pub struct Prompting {
+    sections: Vec<Section>,
+    /// The `plan:policy` text; `None` when plan mode is not composed.
+    plan_policy: Option<String>,
+}
+
+impl Prompting {
+    /// `workspace_instructions`: the text of the workspace's `AGENTS.md`, if any.
+    pub fn new(plan_policy: Option<String>, workspace_instructions: Option<String>) -> Self {
+        let mut sections = vec![Section {
+            name: "product:base".into(),
+            order: 10,
+            text: BASE_PROMPT.into(),
+        }];
+        if let Some(text) = workspace_instructions.filter(|t| !t.trim().is_empty()) {
+            sections.push(Section {
+                name: "workspace:instructions".into(),
+                order: 100,
+                text,
+            });
+        }
+        Self {
+            sections,
+            plan_policy,
+        }
+    }
+
+    /// Reads `AGENTS.md` from `dir`, if there is one.
+    pub fn workspace_instructions(dir: Option<&str>) -> Option<String> {
+        let path = std::path::Path::new(dir?).join("AGENTS.md");
+        std::fs::read_to_string(path).ok()
+    }
+
+    pub fn plan_policy(&self) -> Option<&str> {
+        self.plan_policy.as_deref()
+    }
+
+    /// The sections of a step, sorted by order.
+    pub fn sections(&self, plan_active: bool) -> Vec<Section> {
+        let mut out = self.sections.clone();
+        if let (true, Some(text)) = (plan_active, &self.plan_policy) {
+            out.push(Section {
+                name: PLAN_SECTION.into(),
+                order: PLAN_ORDER,
+                text: text.clone(),
+            });
+        }
+        out.sort_by_key(|s| s.order);
+        out
+    }
+
+    /// The system prompt and the header's section list for a step.
+    pub fn system(&self, plan_active: bool) -> (String, Vec<SectionRef>) {
+        let sections = self.sections(plan_active);
+        let text = sections
+            .iter()
+            .map(|s| s.text.trim_end())
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let refs = sections
+            .into_iter()
+            .map(|s| SectionRef {
+                name: s.name,
+                order: s.order,
+            })
+            .collect();
+        (text, refs)
+    }
+}
+
+/// The tool list, identical in both plan states.
+pub fn tools() -> Value {
+    json!([{
+        "type": "function",
+        "function": {
+            "name": EXIT_TOOL,
+            "description": "Submit your complete plan for the user's review and leave plan mode \
+                            once they approve it. Only works in plan mode.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "plan": { "type": "string", "description": "The complete plan, in Markdown." }
+                },
+                "required": ["plan"],
+                "additionalProperties": false
+            }
+        }
+    }])
+}
+
+pub fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub fn tools_hash() -> String {
+    sha256(tools().to_string().as_bytes())
+}
+
+/// A frozen step request: everything the provider receives except the model name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelRequest {
+    pub system: String,
+    /// Chat messages after the system message, OpenAI-shaped.
+    pub messages: Vec<Value>,
+    pub tools: Value,
+}
+
+impl ModelRequest {
+    /// The request for the step whose `step/started` is at `header_seq`: its frozen system
+    /// prompt and the agent's messages recorded before it.
+    pub fn for_step(
+        events: &[Recorded],
+        agent: &AgentId,
+        header_seq: u64,
+        step: &StepStarted,
+    ) -> Self {
+        Self {
+            system: step.system.clone(),
+            messages: history(events, agent, header_seq),
+            tools: tools(),
+        }
+    }
+
+    /// The OpenAI Chat Completions body; the same request always gives the same bytes.
+    pub fn body(&self, model: &str) -> Value {
+        let mut messages = vec![json!({"role": "system", "content": self.system})];
+        messages.extend(self.messages.iter().cloned());
+        json!({ "model": model, "stream": true, "messages": messages, "tools": self.tools })
+    }
+
+    pub fn hash(&self) -> String {
+        sha256(self.body("").to_string().as_bytes())
+    }
+}
+
+/// The agent's recorded user, assistant and tool messages with seq below `before`.
+pub fn history(events: &[Recorded], agent: &AgentId, before: u64) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in events
+        .iter()
+        .take_while(|e| e.seq() < before)
+        .filter(|e| &e.agent == agent)
+    {
+        match &e.kind {
+            EventKind::UserMessage(m) => {
+                let content = match m.source.as_deref() {
+                    Some(src) if src == NOTIFICATION_SOURCE => format!("[{src}] {}", m.text),
+                    _ => m.text.clone(),
+                };
+                out.push(json!({"role": "user", "content": content}));
+            }
+            EventKind::AssistantMessage(m) => {
+                let mut msg = json!({"role": "assistant", "content": m.text});
+                if !m.tool_calls.is_empty() {
+                    msg["tool_calls"] = m
+                        .tool_calls
+                        .iter()
+                        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                        .collect();
+                }
+                out.push(msg);
+            }
+            EventKind::ToolResult(r) => {
+                let content = if r.ok {
+                    r.result.clone()
+                } else {
+                    json!({ "error": r.result })
+                };
+                out.push(json!({"role": "tool", "tool_call_id": r.call_id, "content": content.to_string()}));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_policy_sits_between_lower_and_higher_orders_only_while_active() {
+        let p = Prompting::new(Some("POLICY".into()), Some("WORKSPACE".into()));
+        let (on, refs) = p.system(true);
+        let (off, _) = p.system(false);
+        let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["product:base", "plan:policy", "workspace:instructions"]
+        );
+        assert!(!off.contains("POLICY"));
+        let cut = on.find("POLICY").unwrap();
+        assert_eq!(
+            &on[..cut],
+            &off[..cut],
+            "bytes before order 50 are identical"
+        );
+        assert!(on.ends_with("WORKSPACE") && off.ends_with("WORKSPACE"));
+    }
+
+    #[test]
+    fn without_plan_mode_composed_no_state_adds_a_section() {
+        let p = Prompting::new(None, None);
+        assert_eq!(p.system(true), p.system(false));
+    }
+}

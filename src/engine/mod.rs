@@ -1,0 +1,570 @@
+//! The turn engine: prompts open turns, and every step of a turn runs behind a pre-step at the
+//! model-request boundary (DESIGN §2 "Turn / step").
+//!
+//! Placement across replicas: a turn is run by the replica holding its lease in Redis
+//! ([`crate::store::TurnLeases`]); the holder renews it every second. If the holder dies, its
+//! lease expires and any replica's sweeper claims the turn and continues it from the log —
+//! [`crate::domain::turn::next_action`] reads from the log alone what comes next, and a step
+//! whose answer is missing is retried with its frozen request. Answers are fenced: only the
+//! replica that owns the step's current attempt may record its answer, so a paused replica
+//! that wakes up cannot duplicate one.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::domain::event::{
+    AssistantMessage, PlanMode, StepHeader, StepRetried, StepStarted, ToolResult,
+};
+use crate::domain::plan::decide_prestep;
+use crate::domain::session::Prompted;
+use crate::domain::turn::{current_attempt, next_action, Next};
+use crate::domain::{AgentId, EventKind, NewEvent, Recorded, SessionId, SessionState};
+use crate::service::{ServiceError, Sessions};
+use crate::store::{stamp, Append, EventLog, StoreError, TurnLeases};
+
+pub mod assembly;
+pub mod provider;
+pub mod tools;
+
+use assembly::{history, tools_hash, ModelRequest, Prompting};
+use provider::{Completion, ModelClient};
+
+/// Timing of leases and polling.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    pub lease_ttl: Duration,
+    pub renew_every: Duration,
+    pub sweep_every: Duration,
+    /// How often a running step looks for a cancel in the log.
+    pub poll_every: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_millis(3000),
+            renew_every: Duration::from_millis(1000),
+            sweep_every: Duration::from_millis(1000),
+            poll_every: Duration::from_millis(200),
+        }
+    }
+}
+
+/// An assistant text delta, streamed live and never recorded.
+#[derive(Clone, Debug, Serialize)]
+pub struct Delta {
+    pub session: String,
+    pub agent: String,
+    pub turn: String,
+    pub step: u32,
+    pub text: String,
+}
+
+/// One turn, named in leases as `<session> <agent> <turn>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct TurnRef {
+    sid: SessionId,
+    agent: AgentId,
+    turn: String,
+}
+
+impl TurnRef {
+    fn member(&self) -> String {
+        format!("{} {} {}", self.sid, self.agent, self.turn)
+    }
+
+    fn parse(member: &str) -> Option<Self> {
+        let mut parts = member.split(' ');
+        let sid = SessionId::parse(parts.next()?).ok()?;
+        let agent = AgentId::parse(parts.next()?).ok()?;
+        let turn = parts.next()?.to_owned();
+        Some(Self { sid, agent, turn })
+    }
+}
+
+pub struct Engine {
+    log: Arc<dyn EventLog>,
+    leases: Arc<dyn TurnLeases>,
+    provider: Arc<dyn ModelClient>,
+    prompting: Prompting,
+    replica: String,
+    /// Lease owner token: the replica id plus a per-process nonce.
+    owner: String,
+    timing: Timing,
+    deltas: broadcast::Sender<Delta>,
+    /// Turns this process is running, so a sweep never starts a second runner here.
+    running: Mutex<HashSet<String>>,
+    /// The runtime turn runners live on (not an HTTP worker's), so they outlive requests.
+    runtime: tokio::runtime::Handle,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum TurnStop {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the session log is corrupt: {0}")]
+    Corrupt(#[from] crate::domain::FoldError),
+    #[error("the lease on this turn was lost")]
+    LeaseLost,
+}
+
+impl Engine {
+    pub fn new(
+        log: Arc<dyn EventLog>,
+        leases: Arc<dyn TurnLeases>,
+        provider: Arc<dyn ModelClient>,
+        prompting: Prompting,
+        replica: String,
+        timing: Timing,
+    ) -> Arc<Self> {
+        let owner = format!("{replica}#{}", uuid::Uuid::now_v7().simple());
+        Arc::new(Self {
+            log,
+            leases,
+            provider,
+            prompting,
+            replica,
+            owner,
+            timing,
+            deltas: broadcast::channel(4096).0,
+            running: Mutex::new(HashSet::new()),
+            runtime: tokio::runtime::Handle::current(),
+        })
+    }
+
+    pub fn provider_name(&self) -> &'static str {
+        self.provider.name()
+    }
+
+    pub fn prompting(&self) -> &Prompting {
+        &self.prompting
+    }
+
+    /// Live assistant text deltas of turns run on this replica.
+    pub fn subscribe_deltas(&self) -> broadcast::Receiver<Delta> {
+        self.deltas.subscribe()
+    }
+
+    /// Starts the sweeper that adopts turns whose replica died. Runs until the runtime stops.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let engine = Arc::downgrade(self);
+        let every = self.timing.sweep_every;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                engine.sweep().await;
+            }
+        })
+    }
+
+    async fn sweep(self: &Arc<Self>) {
+        let ttl = self.timing.lease_ttl.as_millis() as u64;
+        match self.leases.claim_expired(&self.owner, ttl, 16).await {
+            Ok(members) => {
+                for member in members {
+                    match TurnRef::parse(&member) {
+                        Some(t) => {
+                            tracing::info!(session = %t.sid, agent = %t.agent, turn = %t.turn, "adopting a turn whose lease expired");
+                            self.spawn_turn(t);
+                        }
+                        None => {
+                            let _ = self.leases.release(&member, &self.owner).await;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "lease sweep failed"),
+        }
+    }
+
+    /// A prompt: opens a turn on an idle agent (and runs it), or steers the running turn.
+    pub async fn prompt(
+        self: &Arc<Self>,
+        sessions: &Sessions,
+        sid: &SessionId,
+        agent: &AgentId,
+        text: &str,
+    ) -> Result<Prompted, ServiceError> {
+        let turn = format!("turn-{}", uuid::Uuid::now_v7().simple());
+        let t = TurnRef {
+            sid: sid.clone(),
+            agent: agent.clone(),
+            turn,
+        };
+        let ttl = self.timing.lease_ttl.as_millis() as u64;
+        // The lease exists before the turn does: a crash right after the commit leaves a lease
+        // that expires and gets adopted, never an open turn nobody will run.
+        self.leases.acquire(&t.member(), &self.owner, ttl).await?;
+        let decided = sessions
+            .decide(sid, |s| s.decide_prompt(agent, text, &t.turn))
+            .await;
+        match decided {
+            Ok(d) if !d.value.steered => {
+                self.spawn_turn(t);
+                Ok(d.value)
+            }
+            other => {
+                self.leases.release(&t.member(), &self.owner).await?;
+                other.map(|d| d.value)
+            }
+        }
+    }
+
+    /// Ends the agent's running turn from any replica; the replica running it aborts the
+    /// provider request when it sees the end in the log. Pending plan choices are kept.
+    pub async fn cancel(
+        &self,
+        sessions: &Sessions,
+        sid: &SessionId,
+        agent: &AgentId,
+    ) -> Result<Option<String>, ServiceError> {
+        let done = sessions
+            .decide(sid, |s| s.decide_end_turn(agent, None, "cancelled"))
+            .await?;
+        Ok(done.value)
+    }
+
+    fn spawn_turn(self: &Arc<Self>, t: TurnRef) {
+        let member = t.member();
+        if !self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(member.clone())
+        {
+            return;
+        }
+        let engine = self.clone();
+        self.runtime.spawn(async move {
+            let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let renew = engine.clone().keep_lease(member.clone(), lost.clone());
+            let result = engine.run_turn(&t, &lost).await;
+            renew.abort();
+            match result {
+                Ok(()) => {
+                    let _ = engine.leases.release(&member, &engine.owner).await;
+                }
+                Err(TurnStop::LeaseLost) => {
+                    tracing::warn!(%member, "lost the lease; another replica continues")
+                }
+                // The lease expires and another replica (or this one) tries again from the log.
+                Err(e) => tracing::error!(%member, error = %e, "turn runner stopped"),
+            }
+            engine
+                .running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&member);
+        });
+    }
+
+    fn keep_lease(
+        self: Arc<Self>,
+        member: String,
+        lost: Arc<std::sync::atomic::AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        self.runtime.clone().spawn(async move {
+            let ttl = self.timing.lease_ttl.as_millis() as u64;
+            let mut tick = tokio::time::interval(self.timing.renew_every);
+            loop {
+                tick.tick().await;
+                match self.leases.renew(&member, &self.owner, ttl).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                }
+            }
+        })
+    }
+
+    async fn run_turn(
+        &self,
+        t: &TurnRef,
+        lost: &std::sync::atomic::AtomicBool,
+    ) -> Result<(), TurnStop> {
+        let mut tx = Transcript::load(self.log.clone(), t.sid.clone()).await?;
+        loop {
+            if lost.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(TurnStop::LeaseLost);
+            }
+            tx.refresh().await?;
+            match next_action(&tx.events, &t.agent, &t.turn) {
+                Next::Closed => return Ok(()),
+                Next::End => {
+                    tx.commit(|tx| {
+                        (next_action(&tx.events, &t.agent, &t.turn) == Next::End)
+                            .then(|| {
+                                tx.state
+                                    .decide_end_turn(&t.agent, Some(&t.turn), "completed")
+                                    .ok()
+                            })
+                            .flatten()
+                            .map(|(_, events)| ((), events))
+                    })
+                    .await?;
+                }
+                Next::NewStep { step } => {
+                    let committed = tx
+                        .commit(|tx| {
+                            (next_action(&tx.events, &t.agent, &t.turn) == Next::NewStep { step })
+                                .then(|| self.prestep(tx, t, step))
+                        })
+                        .await?;
+                    if let Some((request, _)) = committed {
+                        self.run_step(&mut tx, t, step, 1, request, lost).await?;
+                    }
+                }
+                Next::Retry {
+                    step,
+                    attempt,
+                    header_seq,
+                    started,
+                } => {
+                    let retried = StepRetried {
+                        turn: t.turn.clone(),
+                        step,
+                        attempt,
+                        replica: self.replica.clone(),
+                        reason: "resumed".into(),
+                    };
+                    let committed = tx
+                        .commit(|tx| {
+                            let still = matches!(next_action(&tx.events, &t.agent, &t.turn), Next::Retry { step: s, attempt: a, .. } if s == step && a == attempt);
+                            still.then(|| ((), vec![NewEvent::new(&t.agent, EventKind::StepRetried(retried.clone()))]))
+                        })
+                        .await?;
+                    if committed.is_some() {
+                        let request =
+                            ModelRequest::for_step(&tx.events, &t.agent, header_seq, &started);
+                        if request.hash() != started.header.assembly_hash {
+                            tracing::error!(turn = %t.turn, step, "the rebuilt request differs from the frozen assembly");
+                        }
+                        self.run_step(&mut tx, t, step, attempt, request, lost)
+                            .await?;
+                    }
+                }
+                Next::RunTools { calls } => {
+                    for call in calls {
+                        let (ok, result) = tools::execute(&call);
+                        let event = ToolResult {
+                            turn: t.turn.clone(),
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            ok,
+                            result,
+                        };
+                        tx.commit(|tx| {
+                            let pending = matches!(next_action(&tx.events, &t.agent, &t.turn), Next::RunTools { calls } if calls.iter().any(|c| c.id == call.id));
+                            pending.then(|| ((), vec![NewEvent::new(&t.agent, EventKind::ToolResult(event.clone()))]))
+                        })
+                        .await?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pre-step: commit the pending choice, notify if the state differs from the last
+    /// header, freeze the request and record its header — all in one atomic append.
+    fn prestep(&self, tx: &Transcript, t: &TurnRef, step: u32) -> (ModelRequest, Vec<NewEvent>) {
+        let agent = &tx.state.agents[&t.agent];
+        let (active, plan_events) = decide_prestep(agent.plan, agent.last_header_plan);
+        let mut events: Vec<NewEvent> = plan_events
+            .into_iter()
+            .map(|k| NewEvent::new(&t.agent, k))
+            .collect();
+        let (system, sections) = self.prompting.system(active);
+        // History: what is recorded, then what this append adds before the header.
+        let mut messages = history(&tx.events, &t.agent, u64::MAX);
+        messages.extend(history(
+            &stamp(&events, tx.state.seq + 1, 0),
+            &t.agent,
+            u64::MAX,
+        ));
+        let request = ModelRequest {
+            system: system.clone(),
+            messages,
+            tools: assembly::tools(),
+        };
+        let header = StepHeader {
+            plan: PlanMode { active },
+            sections,
+            tools_hash: tools_hash(),
+            assembly_hash: request.hash(),
+            replica: self.replica.clone(),
+        };
+        events.push(NewEvent::new(
+            &t.agent,
+            EventKind::StepStarted(StepStarted {
+                turn: t.turn.clone(),
+                step,
+                header,
+                system,
+            }),
+        ));
+        (request, events)
+    }
+
+    /// Sends a step's frozen request and records the answer, unless the turn was cancelled
+    /// or another replica took the step over meanwhile.
+    async fn run_step(
+        &self,
+        tx: &mut Transcript,
+        t: &TurnRef,
+        step: u32,
+        attempt: u32,
+        request: ModelRequest,
+        lost: &std::sync::atomic::AtomicBool,
+    ) -> Result<(), TurnStop> {
+        let deltas = self.deltas.clone();
+        let (sid, agent, turn) = (t.sid.to_string(), t.agent.to_string(), t.turn.clone());
+        let on_delta = move |text: &str| {
+            let _ = deltas.send(Delta {
+                session: sid.clone(),
+                agent: agent.clone(),
+                turn: turn.clone(),
+                step,
+                text: text.to_owned(),
+            });
+        };
+        let call = self.provider.complete(&request, &on_delta);
+        tokio::pin!(call);
+        let mut poll = tokio::time::interval(self.timing.poll_every);
+        let outcome = loop {
+            tokio::select! {
+                result = &mut call => break result,
+                _ = poll.tick() => {
+                    if lost.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Err(TurnStop::LeaseLost);
+                    }
+                    tx.refresh().await?;
+                    if next_action(&tx.events, &t.agent, &t.turn) == Next::Closed {
+                        tracing::info!(turn = %t.turn, step, "turn ended while its step ran; request aborted");
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let mine = |tx: &Transcript| {
+            current_attempt(&tx.events, &t.agent, &t.turn).is_some_and(|a| {
+                a.step == step && a.attempt == attempt && a.replica == self.replica && !a.answered
+            })
+        };
+        match outcome {
+            Ok(Completion { text, tool_calls }) => {
+                let message = AssistantMessage {
+                    turn: t.turn.clone(),
+                    step,
+                    text,
+                    tool_calls,
+                };
+                tx.commit(|tx| {
+                    mine(tx).then(|| {
+                        (
+                            (),
+                            vec![NewEvent::new(
+                                &t.agent,
+                                EventKind::AssistantMessage(message.clone()),
+                            )],
+                        )
+                    })
+                })
+                .await?;
+            }
+            Err(e) => {
+                tracing::warn!(turn = %t.turn, step, error = %e, "the provider failed; ending the turn");
+                tx.commit(|tx| {
+                    mine(tx)
+                        .then(|| {
+                            tx.state
+                                .decide_end_turn(&t.agent, Some(&t.turn), "failed")
+                                .ok()
+                        })
+                        .flatten()
+                        .map(|(_, events)| ((), events))
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A turn runner's own copy of one session log and its fold, caught up on demand.
+struct Transcript {
+    log: Arc<dyn EventLog>,
+    sid: SessionId,
+    events: Vec<Recorded>,
+    state: SessionState,
+}
+
+impl Transcript {
+    async fn load(log: Arc<dyn EventLog>, sid: SessionId) -> Result<Self, TurnStop> {
+        let mut tx = Self {
+            log,
+            sid,
+            events: Vec::new(),
+            state: SessionState::default(),
+        };
+        tx.refresh().await?;
+        Ok(tx)
+    }
+
+    fn apply(&mut self, events: Vec<Recorded>) -> Result<(), TurnStop> {
+        for e in events {
+            if e.seq() <= self.state.seq {
+                continue;
+            }
+            self.state.evolve(&e)?;
+            self.events.push(e);
+        }
+        Ok(())
+    }
+
+    async fn refresh(&mut self) -> Result<(), TurnStop> {
+        loop {
+            let batch = self.log.read(&self.sid, self.state.seq, 10_000).await?;
+            let done = batch.len() < 10_000;
+            self.apply(batch)?;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Appends what `decide` returns on the current log; on a conflict, catches up and asks
+    /// again. `None` from `decide` means there is nothing (left) to do.
+    async fn commit<T>(
+        &mut self,
+        mut decide: impl FnMut(&Self) -> Option<(T, Vec<NewEvent>)>,
+    ) -> Result<Option<(T, Vec<Recorded>)>, TurnStop> {
+        loop {
+            let Some((value, events)) = decide(self) else {
+                return Ok(None);
+            };
+            match self.log.append(&self.sid, self.state.seq, &events).await? {
+                Append::Committed(recorded) => {
+                    self.apply(recorded.clone())?;
+                    return Ok(Some((value, recorded)));
+                }
+                Append::Conflict { head, missing } => {
+                    self.apply(missing)?;
+                    if self.state.seq < head {
+                        self.refresh().await?;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Model providers behind one trait: the OpenAI-compatible streaming client and the
+//! deterministic fixture (the default, needing no key and no network).
+
+use futures_util::future::BoxFuture;
+
+use super::assembly::ModelRequest;
+use crate::domain::event::ToolCall;
+
+pub mod fixture;
+pub mod openai;
+
+/// What one step's request produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// Worth retrying with the same request (5xx, 429, a broken connection, a timeout).
+    #[error("provider error (retryable): {0}")]
+    Retryable(String),
+    /// Retrying the same request will not help (4xx, an unreadable answer).
+    #[error("provider error: {0}")]
+    Fatal(String),
+}
+
+/// Receives assistant text as it streams.
+pub type OnDelta<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+pub trait ModelClient: Send + Sync + 'static {
+    /// `fixture` or `openai`, as `/v1/status` reports it.
+    fn name(&self) -> &'static str;
+
+    /// Sends one step's frozen request and streams the answer. A retryable failure may be
+    /// retried by calling again with the same request, which sends the same bytes.
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_delta: OnDelta<'a>,
+    ) -> BoxFuture<'a, Result<Completion, ProviderError>>;
+}

@@ -1,0 +1,82 @@
+//! Prompts and cancellation.
+
+use actix_web::{post, web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{ids, ApiError, Code, Problem, State};
+use crate::domain::session::Prompted;
+
+/// Largest prompt accepted, in bytes (the body limit also applies).
+const MAX_TEXT: usize = 32 * 1024;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostMessage {
+    /// The user's message.
+    #[schema(example = "Fix the login bug")]
+    pub text: String,
+}
+
+/// Send a user message. An idle agent starts a turn (`steered: false`); a running agent gets
+/// the message as a steer that its next step includes (`steered: true`).
+#[utoipa::path(
+    tag = "turns",
+    params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
+    request_body = PostMessage,
+    responses(
+        (status = 202, body = Prompted),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions/{sid}/agents/{aid}/messages")]
+pub async fn post_message(
+    state: State,
+    path: web::Path<(String, String)>,
+    body: web::Json<PostMessage>,
+) -> Result<HttpResponse, ApiError> {
+    let (sid, aid) = ids(&path)?;
+    let text = body.into_inner().text;
+    if text.trim().is_empty() {
+        return Err(ApiError::new(Code::InvalidBody, "`text` must not be empty"));
+    }
+    if text.len() > MAX_TEXT {
+        return Err(ApiError::new(
+            Code::InvalidBody,
+            format!("`text` must be at most {MAX_TEXT} bytes"),
+        ));
+    }
+    let prompted = state
+        .engine
+        .prompt(&state.sessions, &sid, &aid, &text)
+        .await?;
+    Ok(HttpResponse::Accepted().json(prompted))
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Cancelled {
+    /// The turn that was ended; `null` when no turn was running.
+    pub turn: Option<String>,
+}
+
+/// Stop the agent's running turn from any replica. A pending plan choice is kept for the next
+/// prompt's pre-step.
+#[utoipa::path(
+    tag = "turns",
+    params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
+    responses(
+        (status = 200, body = Cancelled),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions/{sid}/agents/{aid}/cancel")]
+pub async fn cancel(
+    state: State,
+    path: web::Path<(String, String)>,
+) -> Result<web::Json<Cancelled>, ApiError> {
+    let (sid, aid) = ids(&path)?;
+    let turn = state.engine.cancel(&state.sessions, &sid, &aid).await?;
+    Ok(web::Json(Cancelled { turn }))
+}
