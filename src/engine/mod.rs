@@ -457,9 +457,13 @@ impl Engine {
             }
         };
         let mine = |tx: &Transcript| {
-            current_attempt(&tx.events, &t.agent, &t.turn).is_some_and(|a| {
-                a.step == step && a.attempt == attempt && a.replica == self.replica && !a.answered
-            })
+            next_action(&tx.events, &t.agent, &t.turn) != Next::Closed
+                && current_attempt(&tx.events, &t.agent, &t.turn).is_some_and(|a| {
+                    a.step == step
+                        && a.attempt == attempt
+                        && a.replica == self.replica
+                        && !a.answered
+                })
         };
         match outcome {
             Ok(Completion { text, tool_calls }) => {

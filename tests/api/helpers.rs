@@ -122,42 +122,57 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// One running replica.
+/// One running replica (in this process, or another one's address).
 pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
-    handle: ServerHandle,
+    handle: Option<ServerHandle>,
 }
 
 impl Drop for TestApp {
     fn drop(&mut self) {
-        let h = self.handle.clone();
-        drop(h.stop(false));
+        if let Some(h) = self.handle.take() {
+            drop(h.stop(false));
+        }
     }
 }
 
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
 pub async fn spawn_replica(redis: Option<&TestRedis>, replica: &str) -> TestApp {
+    spawn_with(redis, replica, |_| {}).await
+}
+
+/// A replica with adjusted settings (provider, token delay, workspace…).
+pub async fn spawn_with(
+    redis: Option<&TestRedis>,
+    replica: &str,
+    adjust: impl FnOnce(&mut Settings),
+) -> TestApp {
     let mut settings = Settings::local(redis.map(|r| r.url.clone()));
+    settings.fixture_token_delay_ms = 1;
     if let Some(r) = redis {
         settings.key_prefix = r.prefix.clone();
     }
     settings.replica_id = Some(replica.to_owned());
     settings.workers = Some(1);
+    adjust(&mut settings);
     let app = Application::build(settings)
         .await
         .expect("the application builds");
     let address = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
     TestApp {
         address,
-        client,
-        handle,
+        client: http_client(),
+        handle: Some(handle),
     }
 }
 
@@ -195,6 +210,15 @@ impl Reply {
 }
 
 impl TestApp {
+    /// A replica running elsewhere (e.g. a child process).
+    pub fn remote(address: String) -> Self {
+        Self {
+            address,
+            client: http_client(),
+            handle: None,
+        }
+    }
+
     pub async fn send(&self, req: reqwest::RequestBuilder) -> Reply {
         let res = req.send().await.expect("the server answers");
         let status = res.status();
@@ -273,6 +297,51 @@ impl TestApp {
                 return out;
             }
         }
+    }
+
+    pub async fn prompt(&self, sid: &str, aid: &str, text: &str) -> Reply {
+        self.post_json(
+            &format!("/v1/sessions/{sid}/agents/{aid}/messages"),
+            json!({ "text": text }),
+        )
+        .await
+    }
+
+    pub async fn cancel(&self, sid: &str, aid: &str) -> Reply {
+        self.send(
+            self.client
+                .post(self.url(&format!("/v1/sessions/{sid}/agents/{aid}/cancel"))),
+        )
+        .await
+    }
+
+    /// Waits until the log holds an event matching `pred` and returns the whole log then.
+    pub async fn await_event(
+        &self,
+        sid: &str,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let events = self.events(sid).await;
+            if events.iter().any(&pred) {
+                return events;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}; log: {events:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits for the turn to end and returns the log.
+    pub async fn await_turn_end(&self, sid: &str, turn: &str) -> Vec<Value> {
+        self.await_event(sid, "turn/ended", |e| {
+            e["type"] == "turn/ended" && e["data"]["turn"] == turn
+        })
+        .await
     }
 
     pub async fn events_of_type(&self, sid: &str, ty: &str) -> Vec<Value> {

@@ -4,8 +4,11 @@
 mod helpers;
 
 mod errors;
+mod failover;
+mod mock_provider;
 mod openapi;
 mod plan;
 mod replicas;
 mod sessions;
+mod turns;
 mod verify;
