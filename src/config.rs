@@ -74,6 +74,9 @@ pub struct Settings {
         global = true
     )]
     pub fixture_token_delay_ms: u64,
+    /// The plugin manifest (YAML); unset → the built-in one (plan-mode, commands, questions).
+    #[arg(long, env = "DSH_CONFIG", global = true)]
+    pub config: Option<String>,
     /// A directory whose `AGENTS.md` becomes the workspace-instructions section.
     #[arg(long, env = "DSH_WORKSPACE", global = true)]
     pub workspace: Option<String>,
@@ -93,6 +96,7 @@ impl Settings {
             model: "fixture-model".into(),
             fixture_token_delay_ms: 30,
             workspace: None,
+            config: None,
         }
     }
 

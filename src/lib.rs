@@ -7,6 +7,7 @@
 //! - [`verify`] — the invariant checker behind `dsh-plan verify`;
 //! - [`startup`] / [`config`] — build/run split and settings.
 
+pub mod composition;
 pub mod config;
 pub mod domain;
 pub mod engine;

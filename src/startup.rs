@@ -7,8 +7,9 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 
+use crate::composition::Composition;
 use crate::config::{provider_key, redact, Settings};
-use crate::engine::assembly::{Prompting, DEFAULT_PLAN_POLICY};
+use crate::engine::assembly::Prompting;
 use crate::engine::provider::{fixture::Fixture, openai::OpenAi, ModelClient};
 use crate::engine::{Engine, Timing};
 use crate::http::{self, AppState};
@@ -81,7 +82,15 @@ impl Application {
 
     pub fn build_with_store(settings: Settings, stores: Stores) -> anyhow::Result<Self> {
         let replica_id = settings.replica_id();
-        let policy = Some(DEFAULT_PLAN_POLICY.to_owned());
+        let composition =
+            Composition::load(settings.config.as_deref()).map_err(anyhow::Error::msg)?;
+        tracing::info!(
+            plan_mode = composition.plan_mode.is_some(),
+            commands = composition.commands,
+            questions = composition.questions,
+            "composition"
+        );
+        let policy = composition.plan_policy();
         let prompting = Prompting::new(
             policy.clone(),
             Prompting::workspace_instructions(settings.workspace.as_deref()),
@@ -92,11 +101,17 @@ impl Application {
             stores.leases,
             provider,
             prompting,
+            &composition,
             replica_id.clone(),
             Timing::default(),
         );
         engine.start();
-        let state = AppState::new(Sessions::new(stores.log), engine, replica_id.clone());
+        let state = AppState::new(
+            Sessions::new(stores.log),
+            engine,
+            composition,
+            replica_id.clone(),
+        );
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;
         let port = listener.local_addr()?.port();

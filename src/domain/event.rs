@@ -166,6 +166,51 @@ pub struct ToolResult {
     pub result: serde_json::Value,
 }
 
+/// How a capable UI should present a question; others render a generic option list and
+/// return the same labels.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Intent {
+    /// e.g. `plan-review`.
+    pub kind: String,
+    /// The option label that approves.
+    pub approve: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionAsked {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<Intent>,
+    pub title: String,
+    /// Markdown; untrusted content (render sanitized).
+    pub detail: String,
+    /// The answer labels to offer.
+    pub options: Vec<String>,
+    /// Whether a free-text answer is accepted.
+    pub allow_text: bool,
+    /// The turn and tool call waiting for the answer.
+    pub turn: String,
+    pub call_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionAnswered {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionDismissed {
+    pub id: String,
+}
+
 /// What happened. `type` names it; `data` carries its payload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", content = "data")]
@@ -194,6 +239,12 @@ pub enum EventKind {
     AssistantMessage(AssistantMessage),
     #[serde(rename = "tool/result")]
     ToolResult(ToolResult),
+    #[serde(rename = "question/asked")]
+    QuestionAsked(QuestionAsked),
+    #[serde(rename = "question/answered")]
+    QuestionAnswered(QuestionAnswered),
+    #[serde(rename = "question/dismissed")]
+    QuestionDismissed(QuestionDismissed),
 }
 
 impl EventKind {
@@ -211,6 +262,9 @@ impl EventKind {
             EventKind::StepRetried(_) => "step/retried",
             EventKind::AssistantMessage(_) => "assistant/message",
             EventKind::ToolResult(_) => "tool/result",
+            EventKind::QuestionAsked(_) => "question/asked",
+            EventKind::QuestionAnswered(_) => "question/answered",
+            EventKind::QuestionDismissed(_) => "question/dismissed",
         }
     }
 

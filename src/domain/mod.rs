@@ -1,8 +1,10 @@
 //! The pure domain: ids, events, the session fold and every plan-mode rule. No async, no I/O.
 
+pub mod commands;
 pub mod event;
 pub mod ids;
 pub mod plan;
+pub mod questions;
 pub mod session;
 pub mod turn;
 

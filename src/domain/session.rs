@@ -13,8 +13,10 @@ use super::event::{
     AgentSpawned, AssistantMessage, EventKind, ForkOrigin, NewEvent, Recorded, SessionCreated,
     StepRetried, StepStarted, ToolResult, TurnEnded, TurnStarted, UserMessage,
 };
+use super::event::{QuestionAnswered, QuestionDismissed, ToolCall};
 use super::ids::{AgentId, EventId, SessionId};
 use super::plan::{decide_set, Outcome, PlanRecord, PlanView};
+use super::questions::{QuestionState, QuestionStatus};
 
 /// What an agent is doing, folded from its turn events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
@@ -24,6 +26,8 @@ pub enum AgentStatus {
     Idle,
     /// A turn is open.
     Running,
+    /// A turn is open and waits on the user's answer to a question.
+    Waiting,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,11 +38,17 @@ pub struct AgentState {
     pub turn: Option<String>,
     /// The plan state described by this agent's last `step/started` header.
     pub last_header_plan: Option<bool>,
+    /// Tool calls of the last answer that have no result yet.
+    pub open_calls: Vec<ToolCall>,
+    /// The open question the turn waits on.
+    pub waiting_on: Option<String>,
 }
 
 impl AgentState {
     pub fn status(&self) -> AgentStatus {
-        if self.turn.is_some() {
+        if self.waiting_on.is_some() {
+            AgentStatus::Waiting
+        } else if self.turn.is_some() {
             AgentStatus::Running
         } else {
             AgentStatus::Idle
@@ -54,6 +64,8 @@ pub struct SessionState {
     pub created_at: u64,
     pub parent: Option<ForkOrigin>,
     pub agents: BTreeMap<AgentId, AgentState>,
+    /// Every question asked in this session, by id.
+    pub questions: BTreeMap<String, QuestionState>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -70,6 +82,19 @@ pub enum DomainError {
     AgentNotFound(AgentId),
     #[error("owner `{0}` does not exist in this session")]
     OwnerNotFound(AgentId),
+    #[error("question `{0}` does not exist in this session")]
+    QuestionNotFound(String),
+    #[error("question `{id}` is already {}; the first answer wins", format!("{state:?}").to_lowercase())]
+    QuestionClosed {
+        id: String,
+        state: super::questions::QuestionStatus,
+    },
+    #[error("`{label}` is not an option of this question; choose one of {options:?}")]
+    UnknownLabel { label: String, options: Vec<String> },
+    #[error("question `{0}` does not accept free text")]
+    TextNotAllowed(String),
+    #[error("an answer needs a `label` or a non-empty `text`")]
+    EmptyAnswer,
 }
 
 impl SessionState {
@@ -117,40 +142,95 @@ impl SessionState {
                 self.agents
                     .insert(e.agent.clone(), fresh_agent(owner.clone()));
             }
-            (kind, true) => {
-                let agent = self
-                    .agents
-                    .get_mut(&e.agent)
-                    .ok_or_else(|| fail(format!("agent `{}` does not exist", e.agent)))?;
-                match kind {
-                    EventKind::TurnStarted(TurnStarted { turn }) => {
-                        if let Some(open) = &agent.turn {
-                            return Err(fail(format!(
-                                "turn `{turn}` started while `{open}` is open"
-                            )));
-                        }
-                        agent.turn = Some(turn.clone());
-                    }
-                    EventKind::TurnEnded(TurnEnded { turn, .. }) => {
-                        if agent.turn.as_deref() != Some(turn.as_str()) {
-                            return Err(fail(format!("turn `{turn}` ended but is not open")));
-                        }
-                        agent.turn = None;
-                    }
-                    EventKind::StepStarted(StepStarted { turn, header, .. }) => {
-                        open_turn(agent, turn).map_err(fail)?;
-                        agent.last_header_plan = Some(header.plan.active);
-                    }
-                    EventKind::StepRetried(StepRetried { turn, .. })
-                    | EventKind::AssistantMessage(AssistantMessage { turn, .. })
-                    | EventKind::ToolResult(ToolResult { turn, .. }) => {
-                        open_turn(agent, turn).map_err(fail)?
-                    }
-                    other => agent.plan.evolve(other),
-                }
-            }
+            (kind, true) => self.evolve_agent(e, kind).map_err(fail)?,
         }
         self.seq = e.seq();
+        Ok(())
+    }
+
+    /// Turn, step, tool and question events of one agent.
+    fn evolve_agent(&mut self, e: &Recorded, kind: &EventKind) -> Result<(), String> {
+        let questions = &mut self.questions;
+        let agent = self
+            .agents
+            .get_mut(&e.agent)
+            .ok_or_else(|| format!("agent `{}` does not exist", e.agent))?;
+        match kind {
+            EventKind::TurnStarted(TurnStarted { turn }) => {
+                if let Some(open) = &agent.turn {
+                    return Err(format!("turn `{turn}` started while `{open}` is open"));
+                }
+                agent.turn = Some(turn.clone());
+            }
+            EventKind::TurnEnded(TurnEnded { turn, .. }) => {
+                open_turn(agent, turn)?;
+                if !agent.open_calls.is_empty() {
+                    return Err(format!(
+                        "turn `{turn}` ended with tool calls that have no result"
+                    ));
+                }
+                agent.turn = None;
+                if let Some(q) = agent.waiting_on.take() {
+                    if let Some(q) = questions.get_mut(&q) {
+                        q.state = QuestionStatus::Aborted;
+                    }
+                }
+            }
+            EventKind::StepStarted(StepStarted { turn, header, .. }) => {
+                open_turn(agent, turn)?;
+                agent.last_header_plan = Some(header.plan.active);
+            }
+            EventKind::StepRetried(StepRetried { turn, .. }) => open_turn(agent, turn)?,
+            EventKind::AssistantMessage(AssistantMessage {
+                turn, tool_calls, ..
+            }) => {
+                open_turn(agent, turn)?;
+                agent.open_calls = tool_calls.clone();
+            }
+            EventKind::ToolResult(ToolResult { turn, call_id, .. }) => {
+                open_turn(agent, turn)?;
+                let before = agent.open_calls.len();
+                agent.open_calls.retain(|c| &c.id != call_id);
+                if agent.open_calls.len() == before {
+                    return Err(format!(
+                        "result for tool call `{call_id}`, which is not open"
+                    ));
+                }
+            }
+            EventKind::QuestionAsked(q) => {
+                open_turn(agent, &q.turn)?;
+                if questions.contains_key(&q.id) {
+                    return Err(format!("question `{}` asked twice", q.id));
+                }
+                agent.waiting_on = Some(q.id.clone());
+                questions.insert(
+                    q.id.clone(),
+                    QuestionState {
+                        agent: e.agent.clone(),
+                        asked: q.clone(),
+                        asked_at: e.id,
+                        state: QuestionStatus::Open,
+                        answer: None,
+                    },
+                );
+            }
+            EventKind::QuestionAnswered(QuestionAnswered { id, .. })
+            | EventKind::QuestionDismissed(QuestionDismissed { id }) => {
+                let q = questions
+                    .get_mut(id)
+                    .filter(|q| q.agent == e.agent && q.state == QuestionStatus::Open);
+                let q = q.ok_or_else(|| format!("question `{id}` is not open"))?;
+                q.state = match kind {
+                    EventKind::QuestionAnswered(a) => {
+                        q.answer = Some(a.clone());
+                        QuestionStatus::Answered
+                    }
+                    _ => QuestionStatus::Dismissed,
+                };
+                agent.waiting_on = None;
+            }
+            other => agent.plan.evolve(other),
+        }
         Ok(())
     }
 
@@ -288,11 +368,29 @@ impl SessionState {
         let a = self.agent(agent)?;
         match &a.turn {
             Some(open) if turn.is_none_or(|t| t == open) => {
+                // Every open tool call gets its (failed) result first, so the history stays
+                // well-formed for the next request; an open review fails closed.
+                let mut events: Vec<NewEvent> = a
+                    .open_calls
+                    .iter()
+                    .map(|call| {
+                        let (ok, result) = super::plan::review::aborted(call, reason);
+                        let r = ToolResult {
+                            turn: open.clone(),
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            ok,
+                            result,
+                        };
+                        NewEvent::new(agent, EventKind::ToolResult(r))
+                    })
+                    .collect();
                 let end = EventKind::TurnEnded(TurnEnded {
                     turn: open.clone(),
                     reason: reason.to_owned(),
                 });
-                Ok((Some(open.clone()), vec![NewEvent::new(agent, end)]))
+                events.push(NewEvent::new(agent, end));
+                Ok((Some(open.clone()), events))
             }
             _ => Ok((None, Vec::new())),
         }
@@ -313,6 +411,8 @@ fn fresh_agent(owner: Option<AgentId>) -> AgentState {
         plan: PlanRecord::default(),
         turn: None,
         last_header_plan: None,
+        open_calls: Vec::new(),
+        waiting_on: None,
     }
 }
 

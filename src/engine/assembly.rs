@@ -15,16 +15,7 @@ use crate::domain::{AgentId, EventKind, Recorded};
 
 pub const PLAN_SECTION: &str = "plan:policy";
 pub const PLAN_ORDER: u32 = 50;
-pub const EXIT_TOOL: &str = "exit_plan_mode";
-
-/// The product policy used when the manifest does not give one (our own words).
-pub const DEFAULT_PLAN_POLICY: &str = "You are in plan mode. Plan before you change anything.\n\
-- Inspect first: read the relevant code, configuration and docs before proposing anything.\n\
-- Do not make changes while planning: no edits, writes or other side effects.\n\
-- Find discoverable facts yourself instead of asking the user; ask only about real choices.\n\
-- Make the plan complete enough to decide on: the steps, the files involved, the risks and how \
-you will verify the result.\n\
-- Submit the plan as your single, final call to `exit_plan_mode` with the whole plan in Markdown.";
+pub use crate::domain::plan::EXIT_TOOL;
 
 const BASE_PROMPT: &str = "You are dsh, an AI agent working with a user on their software \
 project. Be accurate and concise, and say what you did and what you did not do.";
@@ -108,8 +99,11 @@ impl Prompting {
     }
 }
 
-/// The tool list, identical in both plan states.
-pub fn tools() -> Value {
+/// The tool list, identical in both plan states; empty when plan mode is not composed.
+pub fn tools(plan_mode: bool) -> Value {
+    if !plan_mode {
+        return json!([]);
+    }
     json!([{
         "type": "function",
         "function": {
@@ -135,8 +129,8 @@ pub fn sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
-pub fn tools_hash() -> String {
-    sha256(tools().to_string().as_bytes())
+pub fn tools_hash(tools: &Value) -> String {
+    sha256(tools.to_string().as_bytes())
 }
 
 /// A frozen step request: everything the provider receives except the model name.
@@ -156,11 +150,12 @@ impl ModelRequest {
         agent: &AgentId,
         header_seq: u64,
         step: &StepStarted,
+        tools: Value,
     ) -> Self {
         Self {
             system: step.system.clone(),
             messages: history(events, agent, header_seq),
-            tools: tools(),
+            tools,
         }
     }
 
@@ -168,7 +163,11 @@ impl ModelRequest {
     pub fn body(&self, model: &str) -> Value {
         let mut messages = vec![json!({"role": "system", "content": self.system})];
         messages.extend(self.messages.iter().cloned());
-        json!({ "model": model, "stream": true, "messages": messages, "tools": self.tools })
+        let mut body = json!({ "model": model, "stream": true, "messages": messages });
+        if self.tools.as_array().is_some_and(|t| !t.is_empty()) {
+            body["tools"] = self.tools.clone();
+        }
+        body
     }
 
     pub fn hash(&self) -> String {

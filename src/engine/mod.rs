@@ -16,10 +16,12 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::composition::Composition;
 use crate::domain::event::{
-    AssistantMessage, PlanMode, StepHeader, StepRetried, StepStarted, ToolResult,
+    AssistantMessage, PlanMode, StepHeader, StepRetried, StepStarted, ToolCall, ToolResult,
 };
-use crate::domain::plan::decide_prestep;
+use crate::domain::plan::review::{review, ReviewStep};
+use crate::domain::plan::{decide_prestep, EXIT_TOOL};
 use crate::domain::session::Prompted;
 use crate::domain::turn::{current_attempt, next_action, Next};
 use crate::domain::{AgentId, EventKind, NewEvent, Recorded, SessionId, SessionState};
@@ -87,6 +89,10 @@ impl TurnRef {
 }
 
 pub struct Engine {
+    /// Whether `questions` is composed: without it, reviews fail closed.
+    questions: bool,
+    /// The serialized tool list (identical in both plan states).
+    tools: serde_json::Value,
     log: Arc<dyn EventLog>,
     leases: Arc<dyn TurnLeases>,
     provider: Arc<dyn ModelClient>,
@@ -100,6 +106,15 @@ pub struct Engine {
     running: Mutex<HashSet<String>>,
     /// The runtime turn runners live on (not an HTTP worker's), so they outlive requests.
     runtime: tokio::runtime::Handle,
+}
+
+/// Why a turn runner stopped without an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    /// The turn is no longer open.
+    Closed,
+    /// The turn waits on a question; no replica holds it until the answer comes.
+    Waiting,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,11 +133,14 @@ impl Engine {
         leases: Arc<dyn TurnLeases>,
         provider: Arc<dyn ModelClient>,
         prompting: Prompting,
+        composition: &Composition,
         replica: String,
         timing: Timing,
     ) -> Arc<Self> {
         let owner = format!("{replica}#{}", uuid::Uuid::now_v7().simple());
         Arc::new(Self {
+            questions: composition.questions,
+            tools: assembly::tools(composition.plan_mode.is_some()),
             log,
             leases,
             provider,
@@ -142,6 +160,11 @@ impl Engine {
 
     pub fn prompting(&self) -> &Prompting {
         &self.prompting
+    }
+
+    /// The tool list every step sends.
+    pub fn tools(&self) -> &serde_json::Value {
+        &self.tools
     }
 
     /// Live assistant text deltas of turns run on this replica.
@@ -193,6 +216,26 @@ impl Engine {
         agent: &AgentId,
         text: &str,
     ) -> Result<Prompted, ServiceError> {
+        self.submit(
+            sessions,
+            sid,
+            agent,
+            |s, turn| s.decide_prompt(agent, text, turn),
+            |p| Some(p),
+        )
+        .await
+    }
+
+    /// Commits a decision that may open turn `<new id>` on `agent` (`opened` says whether it
+    /// did), and runs that turn here.
+    pub async fn submit<T>(
+        self: &Arc<Self>,
+        sessions: &Sessions,
+        sid: &SessionId,
+        agent: &AgentId,
+        decide: impl Fn(&SessionState, &str) -> Result<(T, Vec<NewEvent>), crate::domain::DomainError>,
+        opened: impl Fn(&T) -> Option<&Prompted>,
+    ) -> Result<T, ServiceError> {
         let turn = format!("turn-{}", uuid::Uuid::now_v7().simple());
         let t = TurnRef {
             sid: sid.clone(),
@@ -203,19 +246,40 @@ impl Engine {
         // The lease exists before the turn does: a crash right after the commit leaves a lease
         // that expires and gets adopted, never an open turn nobody will run.
         self.leases.acquire(&t.member(), &self.owner, ttl).await?;
-        let decided = sessions
-            .decide(sid, |s| s.decide_prompt(agent, text, &t.turn))
-            .await;
-        match decided {
-            Ok(d) if !d.value.steered => {
-                self.spawn_turn(t);
-                Ok(d.value)
-            }
-            other => {
-                self.leases.release(&t.member(), &self.owner).await?;
-                other.map(|d| d.value)
-            }
+        let decided = sessions.decide(sid, |s| decide(s, &t.turn)).await;
+        let started = decided
+            .as_ref()
+            .ok()
+            .and_then(|d| opened(&d.value))
+            .is_some_and(|p| !p.steered && p.turn == t.turn);
+        if started {
+            self.spawn_turn(t);
+        } else {
+            self.leases.release(&t.member(), &self.owner).await?;
         }
+        decided.map(|d| d.value)
+    }
+
+    /// Continues `agent`'s open turn here, if no replica holds it (after an answer).
+    pub async fn resume(
+        self: &Arc<Self>,
+        state: &SessionState,
+        sid: &SessionId,
+        agent: &AgentId,
+    ) -> Result<(), ServiceError> {
+        let Some(turn) = state.agents.get(agent).and_then(|a| a.turn.clone()) else {
+            return Ok(());
+        };
+        let t = TurnRef {
+            sid: sid.clone(),
+            agent: agent.clone(),
+            turn,
+        };
+        let ttl = self.timing.lease_ttl.as_millis() as u64;
+        if self.leases.acquire(&t.member(), &self.owner, ttl).await? {
+            self.spawn_turn(t);
+        }
+        Ok(())
     }
 
     /// Ends the agent's running turn from any replica; the replica running it aborts the
@@ -249,8 +313,19 @@ impl Engine {
             let result = engine.run_turn(&t, &lost).await;
             renew.abort();
             match result {
-                Ok(()) => {
+                Ok(exit) => {
                     let _ = engine.leases.release(&member, &engine.owner).await;
+                    engine
+                        .running
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&member);
+                    if exit == Exit::Waiting {
+                        // An answer that landed while we were leaving found the lease taken:
+                        // look once more, now that it is free.
+                        engine.recheck(t).await;
+                    }
+                    return;
                 }
                 Err(TurnStop::LeaseLost) => {
                     tracing::warn!(%member, "lost the lease; another replica continues")
@@ -264,6 +339,32 @@ impl Engine {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&member);
         });
+    }
+
+    async fn recheck(self: &Arc<Self>, t: TurnRef) {
+        let Ok(tx) = Transcript::load(self.log.clone(), t.sid.clone()).await else {
+            return;
+        };
+        let waiting = matches!(next_action(&tx.events, &t.agent, &t.turn), Next::Closed)
+            || matches!(self.next_tool_step(&tx, &t), Some(ReviewStep::Wait));
+        if !waiting {
+            let _ = self.resume(&tx.state, &t.sid, &t.agent).await;
+        }
+    }
+
+    /// For a turn whose next action is running tools: what the first exit call's review does.
+    fn next_tool_step(&self, tx: &Transcript, t: &TurnRef) -> Option<ReviewStep> {
+        match next_action(&tx.events, &t.agent, &t.turn) {
+            Next::RunTools { calls } => calls
+                .iter()
+                .find(|c| c.name == EXIT_TOOL && !self.tools_is_empty())
+                .map(|c| review(&tx.state, &t.agent, &t.turn, c, self.questions)),
+            _ => None,
+        }
+    }
+
+    fn tools_is_empty(&self) -> bool {
+        self.tools.as_array().is_none_or(|t| t.is_empty())
     }
 
     fn keep_lease(
@@ -292,7 +393,7 @@ impl Engine {
         &self,
         t: &TurnRef,
         lost: &std::sync::atomic::AtomicBool,
-    ) -> Result<(), TurnStop> {
+    ) -> Result<Exit, TurnStop> {
         let mut tx = Transcript::load(self.log.clone(), t.sid.clone()).await?;
         loop {
             if lost.load(std::sync::atomic::Ordering::SeqCst) {
@@ -300,7 +401,7 @@ impl Engine {
             }
             tx.refresh().await?;
             match next_action(&tx.events, &t.agent, &t.turn) {
-                Next::Closed => return Ok(()),
+                Next::Closed => return Ok(Exit::Closed),
                 Next::End => {
                     tx.commit(|tx| {
                         (next_action(&tx.events, &t.agent, &t.turn) == Next::End)
@@ -345,8 +446,13 @@ impl Engine {
                         })
                         .await?;
                     if committed.is_some() {
-                        let request =
-                            ModelRequest::for_step(&tx.events, &t.agent, header_seq, &started);
+                        let request = ModelRequest::for_step(
+                            &tx.events,
+                            &t.agent,
+                            header_seq,
+                            &started,
+                            self.tools.clone(),
+                        );
                         if request.hash() != started.header.assembly_hash {
                             tracing::error!(turn = %t.turn, step, "the rebuilt request differs from the frozen assembly");
                         }
@@ -355,24 +461,75 @@ impl Engine {
                     }
                 }
                 Next::RunTools { calls } => {
-                    for call in calls {
-                        let (ok, result) = tools::execute(&call);
-                        let event = ToolResult {
-                            turn: t.turn.clone(),
-                            call_id: call.id.clone(),
-                            name: call.name.clone(),
-                            ok,
-                            result,
-                        };
-                        tx.commit(|tx| {
-                            let pending = matches!(next_action(&tx.events, &t.agent, &t.turn), Next::RunTools { calls } if calls.iter().any(|c| c.id == call.id));
-                            pending.then(|| ((), vec![NewEvent::new(&t.agent, EventKind::ToolResult(event.clone()))]))
-                        })
-                        .await?;
+                    if self.run_tools(&mut tx, t, calls).await? == Some(Exit::Waiting) {
+                        return Ok(Exit::Waiting);
                     }
                 }
             }
         }
+    }
+
+    /// Runs the answer's open tool calls in order; `Some(Waiting)` when a review waits on the
+    /// user.
+    async fn run_tools(
+        &self,
+        tx: &mut Transcript,
+        t: &TurnRef,
+        calls: Vec<ToolCall>,
+    ) -> Result<Option<Exit>, TurnStop> {
+        for call in calls {
+            let step = if call.name == EXIT_TOOL && !self.tools_is_empty() {
+                review(&tx.state, &t.agent, &t.turn, &call, self.questions)
+            } else {
+                let (ok, result) = tools::unknown(&call);
+                ReviewStep::Done {
+                    ok,
+                    result,
+                    then: vec![],
+                }
+            };
+            let events = match step {
+                ReviewStep::Wait => return Ok(Some(Exit::Waiting)),
+                ReviewStep::Ask(q) => vec![NewEvent::new(&t.agent, EventKind::QuestionAsked(q))],
+                ReviewStep::Done { ok, result, then } => {
+                    let r = ToolResult {
+                        turn: t.turn.clone(),
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        ok,
+                        result,
+                    };
+                    let mut events = vec![NewEvent::new(&t.agent, EventKind::ToolResult(r))];
+                    events.extend(then.into_iter().map(|k| NewEvent::new(&t.agent, k)));
+                    events
+                }
+            };
+            let asks = matches!(events[0].kind, EventKind::QuestionAsked(_));
+            // Commit only if the call is still open and (for a question) not yet asked.
+            let committed = tx
+                .commit(|tx| {
+                    let open = tx.state.agents[&t.agent]
+                        .open_calls
+                        .iter()
+                        .any(|c| c.id == call.id);
+                    let asked = tx
+                        .state
+                        .questions
+                        .values()
+                        .any(|q| q.asked.turn == t.turn && q.asked.call_id == call.id);
+                    (open
+                        && !(asks && asked)
+                        && tx.state.agents[&t.agent].turn.as_deref() == Some(t.turn.as_str()))
+                    .then(|| ((), events.clone()))
+                })
+                .await?;
+            if asks || committed.is_none() {
+                // Re-read what comes next from the log (the question now waits, or someone
+                // else moved the turn on).
+                return Ok(None);
+            }
+        }
+        Ok(None)
     }
 
     /// The pre-step: commit the pending choice, notify if the state differs from the last
@@ -395,12 +552,12 @@ impl Engine {
         let request = ModelRequest {
             system: system.clone(),
             messages,
-            tools: assembly::tools(),
+            tools: self.tools.clone(),
         };
         let header = StepHeader {
             plan: PlanMode { active },
             sections,
-            tools_hash: tools_hash(),
+            tools_hash: tools_hash(&self.tools),
             assembly_hash: request.hash(),
             replica: self.replica.clone(),
         };

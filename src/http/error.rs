@@ -31,6 +31,14 @@ pub enum Code {
     SessionNotFound,
     AgentNotFound,
     OwnerNotFound,
+    QuestionNotFound,
+    QuestionClosed,
+    UnknownLabel,
+    TextNotAllowed,
+    EmptyAnswer,
+    UnknownCommand,
+    NotACommand,
+    TurnRunning,
     FeatureDisabled,
     WriteContention,
     StoreUnavailable,
@@ -42,11 +50,18 @@ impl Code {
     pub fn status(self) -> StatusCode {
         use Code::*;
         match self {
-            MalformedJson | InvalidId | InvalidQuery => StatusCode::BAD_REQUEST,
-            NotFound | SessionNotFound | AgentNotFound | FeatureDisabled => StatusCode::NOT_FOUND,
+            MalformedJson | InvalidId | InvalidQuery | UnknownCommand | NotACommand => {
+                StatusCode::BAD_REQUEST
+            }
+            NotFound | SessionNotFound | AgentNotFound | QuestionNotFound | FeatureDisabled => {
+                StatusCode::NOT_FOUND
+            }
+            QuestionClosed | TurnRunning => StatusCode::CONFLICT,
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            InvalidBody | OwnerNotFound => StatusCode::UNPROCESSABLE_ENTITY,
+            InvalidBody | OwnerNotFound | UnknownLabel | TextNotAllowed | EmptyAnswer => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             LogCorrupt | Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -105,11 +120,17 @@ impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
         match e {
             ServiceError::SessionNotFound(_) => ApiError::new(Code::SessionNotFound, e.to_string()),
-            ServiceError::Domain(d @ DomainError::AgentNotFound(_)) => {
-                ApiError::new(Code::AgentNotFound, d.to_string())
-            }
-            ServiceError::Domain(d @ DomainError::OwnerNotFound(_)) => {
-                ApiError::new(Code::OwnerNotFound, d.to_string())
+            ServiceError::Domain(d) => {
+                let code = match d {
+                    DomainError::AgentNotFound(_) => Code::AgentNotFound,
+                    DomainError::OwnerNotFound(_) => Code::OwnerNotFound,
+                    DomainError::QuestionNotFound(_) => Code::QuestionNotFound,
+                    DomainError::QuestionClosed { .. } => Code::QuestionClosed,
+                    DomainError::UnknownLabel { .. } => Code::UnknownLabel,
+                    DomainError::TextNotAllowed(_) => Code::TextNotAllowed,
+                    DomainError::EmptyAnswer => Code::EmptyAnswer,
+                };
+                ApiError::new(code, d.to_string())
             }
             ServiceError::Store(s @ StoreError::Unavailable(_)) => ApiError::opaque(
                 Code::StoreUnavailable,

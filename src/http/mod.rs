@@ -7,12 +7,15 @@ use actix_web::web;
 use utoipa::OpenApi;
 use utoipa_actix_web::service_config::ServiceConfig;
 
+use crate::composition::Composition;
 use crate::domain::{AgentId, SessionId};
 use crate::engine::Engine;
 use crate::service::Sessions;
 
+mod commands;
 pub mod error;
 mod plan;
+mod questions;
 mod sessions;
 mod system;
 mod turns;
@@ -23,18 +26,58 @@ pub use error::{ApiError, Code, Problem};
 pub struct AppState {
     pub sessions: Sessions,
     pub engine: Arc<Engine>,
+    pub composition: Composition,
     pub replica_id: String,
 }
 
 pub type State = web::Data<AppState>;
 
 impl AppState {
-    pub fn new(sessions: Sessions, engine: Arc<Engine>, replica_id: String) -> Arc<Self> {
+    pub fn new(
+        sessions: Sessions,
+        engine: Arc<Engine>,
+        composition: Composition,
+        replica_id: String,
+    ) -> Arc<Self> {
         Arc::new(Self {
             sessions,
             engine,
+            composition,
             replica_id,
         })
+    }
+
+    /// 404 `feature-disabled` unless plan mode is composed.
+    pub fn require_plan_mode(&self) -> Result<(), ApiError> {
+        match self.composition.plan_mode {
+            Some(_) => Ok(()),
+            None => Err(ApiError::new(
+                Code::FeatureDisabled,
+                "plan mode is not composed on this server (see GET /v1/status)",
+            )),
+        }
+    }
+
+    /// 404 `feature-disabled` unless questions are composed.
+    pub fn require_questions(&self) -> Result<(), ApiError> {
+        if self.composition.questions {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                Code::FeatureDisabled,
+                "questions are not composed on this server (see GET /v1/status)",
+            ))
+        }
+    }
+
+    /// The commands registered by the composed plugins: `plan-mode` registers `/plan` when
+    /// `commands` is composed.
+    pub fn commands(&self) -> Vec<crate::domain::commands::CommandSpec> {
+        let mut out = Vec::new();
+        if self.composition.commands && self.composition.plan_mode.is_some() {
+            out.push(crate::domain::commands::plan_command());
+        }
+        out
     }
 }
 
@@ -59,6 +102,8 @@ pub(crate) fn ids(raw: &(String, String)) -> Result<(SessionId, AgentId), ApiErr
         (name = "sessions", description = "Sessions, agents and their event logs"),
         (name = "plan", description = "Plan mode: the recorded state and the user's pending choice"),
         (name = "turns", description = "Prompts, steering and cancelling turns"),
+        (name = "questions", description = "Questions to the user, e.g. plan reviews"),
+        (name = "commands", description = "Slash commands such as /plan"),
         (name = "system", description = "Status, health and readiness")
     )
 )]
@@ -78,7 +123,13 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(plan::put_plan)
         .service(plan::plan_projection)
         .service(turns::post_message)
-        .service(turns::cancel);
+        .service(turns::cancel)
+        .service(system::tools)
+        .service(commands::list_commands)
+        .service(commands::run_command)
+        .service(questions::list_questions)
+        .service(questions::answer)
+        .service(questions::dismiss);
 }
 
 /// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.

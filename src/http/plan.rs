@@ -72,6 +72,7 @@ pub async fn put_plan(
     path: web::Path<(String, String)>,
     body: web::Json<SetPlan>,
 ) -> Result<web::Json<SetPlanResult>, ApiError> {
+    state.require_plan_mode()?;
     let (sid, aid) = ids(&path)?;
     let target = body.active;
     let done = state
@@ -113,6 +114,7 @@ pub async fn plan_projection(
     state: State,
     path: web::Path<String>,
 ) -> Result<web::Json<PlanProjectionView>, ApiError> {
+    state.require_plan_mode()?;
     let sid = session_id(&path)?;
     let projection = state.sessions.plan_projection(&sid).await?;
     Ok(web::Json(PlanProjectionView {

@@ -49,14 +49,35 @@ pub async fn status(state: State) -> Json<Status> {
         replica: state.replica_id.clone(),
         provider: state.engine.provider_name(),
         features: Features {
-            plan_mode: Some(PlanModeFeature {
-                section: "plan:policy",
-                order: 50,
-                exit_tool: "exit_plan_mode",
-            }),
-            commands: false,
-            questions: false,
+            plan_mode: state
+                .composition
+                .plan_mode
+                .as_ref()
+                .map(|_| PlanModeFeature {
+                    section: crate::engine::assembly::PLAN_SECTION,
+                    order: crate::engine::assembly::PLAN_ORDER,
+                    exit_tool: crate::domain::plan::EXIT_TOOL,
+                }),
+            commands: state.composition.commands,
+            questions: state.composition.questions,
         },
+    })
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Tools {
+    /// The tool list every step sends, in OpenAI function-tool form; identical in both plan
+    /// states.
+    #[schema(value_type = Vec<Object>)]
+    pub tools: serde_json::Value,
+}
+
+/// The tools the model is offered.
+#[utoipa::path(tag = "system", responses((status = 200, body = Tools)))]
+#[get("/v1/tools")]
+pub async fn tools(state: State) -> Json<Tools> {
+    Json(Tools {
+        tools: state.engine.tools().clone(),
     })
 }
 

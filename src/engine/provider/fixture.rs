@@ -72,7 +72,14 @@ fn plan_call(id: String, plan: String) -> ToolCall {
 pub fn script(request: &ModelRequest, plan_policy: Option<&str>) -> Completion {
     let messages = &request.messages;
     let call_id = format!("call-{}", messages.len());
-    if let Some(last) = messages.last().filter(|m| m["role"] == "tool") {
+    // Plugin notifications added by a pre-step are context, not the conversation's last turn.
+    let last = messages.iter().rev().find(|m| {
+        !(m["role"] == "user"
+            && m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("[plugin:")))
+    });
+    if let Some(last) = last.filter(|m| m["role"] == "tool") {
         if tool_name(messages, last["tool_call_id"].as_str().unwrap_or("")) == Some(EXIT_TOOL) {
             let content: Value =
                 serde_json::from_str(last["content"].as_str().unwrap_or("{}")).unwrap_or_default();

@@ -1,8 +1,10 @@
-//! Every plan-mode rule in one place: the plan view, the `set()` outcome table and the plan
-//! projection unit (DESIGN §2).
+//! Every plan-mode rule in one place: the plan view, the `set()` outcome table, the pre-step,
+//! the plan projection unit, and (in `review.rs`) the `exit_plan_mode` review table (DESIGN §2).
 //!
 //! Nothing here does I/O. The session fold (`session.rs`) keeps an agent's [`PlanRecord`]; this
 //! module decides what a choice appends and how the view is derived from the record.
+
+pub mod review;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -96,6 +98,9 @@ pub fn decide_set(view: PlanView, running: bool, target: bool) -> (Outcome, Opti
         (true, _) => (Outcome::Queued, select()),
     }
 }
+
+/// The review-gated exit tool, registered in both plan states.
+pub const EXIT_TOOL: &str = "exit_plan_mode";
 
 /// Who writes the mode-change notification the model reads.
 pub const NOTIFICATION_SOURCE: &str = "plugin:plan-mode";
@@ -477,5 +482,47 @@ mod tests {
                 pending: None
             }
         );
+    }
+}
+
+/// What `/plan` did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct PlanCommandResult {
+    pub outcome: Outcome,
+    /// For `/plan <message>`: the turn the message went to, and whether it steered a running one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<crate::domain::session::Prompted>,
+}
+
+impl crate::domain::SessionState {
+    /// The `/plan` command table: `/plan` selects plan mode; `/plan <message>` selects it and
+    /// then sends the message as an ordinary user message of the next step (opening turn
+    /// `new_turn` when idle); `/plan off` selects inactive with no model input. The command's
+    /// effects come first and its `command/run` record after them, so the projection unit
+    /// agrees with the live fold after every single event.
+    pub fn decide_plan_command(
+        &self,
+        agent: &crate::domain::AgentId,
+        args: &str,
+        new_turn: &str,
+    ) -> Result<(PlanCommandResult, Vec<crate::domain::NewEvent>), crate::domain::DomainError> {
+        use crate::domain::event::CommandRun;
+        let target = args != "off";
+        let (outcome, mut events) = self.decide_set_plan(agent, target)?;
+        let run = CommandRun {
+            name: "plan".into(),
+            args: args.to_owned(),
+        };
+        events.push(crate::domain::NewEvent::new(
+            agent,
+            EventKind::CommandRun(run),
+        ));
+        let mut message = None;
+        if target && !args.is_empty() {
+            let (prompted, prompt_events) = self.decide_prompt(agent, args, new_turn)?;
+            events.extend(prompt_events);
+            message = Some(prompted);
+        }
+        Ok((PlanCommandResult { outcome, message }, events))
     }
 }

@@ -1,0 +1,142 @@
+//! The `exit_plan_mode` review table (DESIGN §2): the only model-initiated way out of plan
+//! mode is a plan the user approves through a question with the `plan-review` intent.
+
+use serde_json::{json, Value};
+
+use super::{decide_set, EXIT_TOOL};
+use crate::domain::event::{EventKind, Intent, QuestionAsked, ToolCall};
+use crate::domain::questions::QuestionStatus;
+use crate::domain::{AgentId, SessionState};
+
+pub const REVIEW_KIND: &str = "plan-review";
+pub const APPROVE: &str = "Approve";
+pub const KEEP_PLANNING: &str = "Keep planning";
+
+/// What an `exit_plan_mode` call does next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReviewStep {
+    /// Open the review question.
+    Ask(QuestionAsked),
+    /// The question is open: the turn waits (holding no replica).
+    Wait,
+    /// Record the tool result, then these events (e.g. the queued exit after an approval).
+    Done {
+        ok: bool,
+        result: Value,
+        then: Vec<EventKind>,
+    },
+}
+
+fn failed(reason: &str, message: String) -> ReviewStep {
+    ReviewStep::Done {
+        ok: false,
+        result: json!({ "reason": reason, "message": message }),
+        then: vec![],
+    }
+}
+
+const UNAVAILABLE: &str = "The plan review could not be shown to the user. Stay in plan mode and \
+ask the user to switch plan mode off themselves (for example with `/plan off`) once they accept \
+your plan.";
+
+/// Each row of the review table, for a call of `agent` in `turn`. `questions`: whether the
+/// question channel is composed.
+pub fn review(
+    state: &SessionState,
+    agent: &AgentId,
+    turn: &str,
+    call: &ToolCall,
+    questions: bool,
+) -> ReviewStep {
+    let plan = serde_json::from_str::<Value>(&call.arguments)
+        .ok()
+        .and_then(|v| v["plan"].as_str().map(str::to_owned));
+    let Some(plan) = plan else {
+        return failed(
+            "invalid-arguments",
+            format!("`{EXIT_TOOL}` takes {{\"plan\": string}} with the complete plan in Markdown."),
+        );
+    };
+    let Some(a) = state.agents.get(agent) else {
+        return failed("unavailable", UNAVAILABLE.into());
+    };
+    if !a.plan.active {
+        return failed(
+            "inactive",
+            "Plan mode is not active, so there is nothing to exit. Carry on with the task.".into(),
+        );
+    }
+    if a.owner.is_some() {
+        return failed(
+            "child",
+            "You are a child agent and cannot open a plan review. Put the undecided decision and \
+             your plan in your final result for the agent that owns you."
+                .into(),
+        );
+    }
+    if !questions {
+        return failed("unavailable", UNAVAILABLE.into());
+    }
+    let asked = state
+        .questions
+        .values()
+        .find(|q| q.asked.turn == turn && q.asked.call_id == call.id);
+    let Some(q) = asked else {
+        return ReviewStep::Ask(QuestionAsked {
+            id: format!("{REVIEW_KIND}-{}", state.seq + 1),
+            intent: Some(Intent {
+                kind: REVIEW_KIND.into(),
+                approve: APPROVE.into(),
+            }),
+            title: "Review the plan".into(),
+            detail: plan,
+            options: vec![APPROVE.into(), KEEP_PLANNING.into()],
+            allow_text: true,
+            turn: turn.to_owned(),
+            call_id: call.id.clone(),
+        });
+    };
+    match (q.state, q.answer.as_ref()) {
+        (QuestionStatus::Open, _) => ReviewStep::Wait,
+        (QuestionStatus::Answered, Some(ans)) if ans.label.as_deref() == Some(APPROVE) => {
+            // Leaving is queued for the next step's pre-step; this batch is not rewritten.
+            let (_, exit) = decide_set(a.plan.view(), true, false);
+            ReviewStep::Done { ok: true, result: json!({ "approved": true }), then: exit.into_iter().collect() }
+        }
+        (QuestionStatus::Answered, ans) => {
+            let feedback = ans
+                .and_then(|a| a.text.clone().or_else(|| a.label.clone()))
+                .unwrap_or_else(|| KEEP_PLANNING.into());
+            ReviewStep::Done {
+                ok: false,
+                result: json!({
+                    "reason": "rejected",
+                    "feedback": feedback,
+                    "message": "The user did not approve the plan. Stay in plan mode, revise the plan with their feedback and submit it again with `exit_plan_mode`."
+                }),
+                then: vec![],
+            }
+        }
+        (QuestionStatus::Dismissed, _) => failed(
+            "dismissed",
+            "The user closed the review to talk to you. Stay in plan mode and wait for their message.".into(),
+        ),
+        (QuestionStatus::Aborted, _) => failed("unavailable", UNAVAILABLE.into()),
+    }
+}
+
+/// The result of a call still open when its turn ends (cancelled or failed): a review fails
+/// closed as `unavailable`; any other call as `cancelled`.
+pub fn aborted(call: &ToolCall, reason: &str) -> (bool, Value) {
+    if call.name == EXIT_TOOL {
+        (
+            false,
+            json!({ "reason": "unavailable", "message": UNAVAILABLE }),
+        )
+    } else {
+        (
+            false,
+            json!({ "reason": "cancelled", "message": format!("The turn ended ({reason}) before this call ran.") }),
+        )
+    }
+}

@@ -1,0 +1,91 @@
+//! Slash commands: the registry for autocomplete, and running one.
+
+use actix_web::{get, post, web};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{ids, ApiError, Code, Problem, State};
+use crate::domain::commands::{parse, CommandSpec};
+use crate::domain::plan::PlanCommandResult;
+use crate::domain::PlanView;
+use crate::service::ServiceError;
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CommandList {
+    pub commands: Vec<CommandSpec>,
+}
+
+/// The registered slash commands (empty when `commands` is not composed).
+#[utoipa::path(tag = "commands", responses((status = 200, body = CommandList)))]
+#[get("/v1/commands")]
+pub async fn list_commands(state: State) -> web::Json<CommandList> {
+    web::Json(CommandList {
+        commands: state.commands(),
+    })
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommand {
+    /// The composer input, e.g. `/plan`, `/plan off` or `/plan fix the login bug`.
+    #[schema(example = "/plan fix the login bug")]
+    pub input: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CommandRan {
+    #[schema(example = "plan")]
+    pub command: String,
+    #[serde(flatten)]
+    pub result: PlanCommandResult,
+    /// The plan state after the command, as the host confirms it.
+    pub plan: PlanView,
+}
+
+/// Run a slash command for an agent. `/plan` selects plan mode; `/plan <message>` selects it
+/// and sends the message (opening a turn when idle); `/plan off` selects inactive without
+/// model input and cancels a pending entry.
+#[utoipa::path(
+    tag = "commands",
+    params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
+    request_body = RunCommand,
+    responses(
+        (status = 200, body = CommandRan),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions/{sid}/agents/{aid}/commands")]
+pub async fn run_command(
+    state: State,
+    path: web::Path<(String, String)>,
+    body: web::Json<RunCommand>,
+) -> Result<web::Json<CommandRan>, ApiError> {
+    let (sid, aid) = ids(&path)?;
+    let registry = state.commands();
+    let (name, args) = parse(&body.input, &registry).map_err(|e| {
+        let code = match e {
+            crate::domain::commands::CommandError::NotACommand(_) => Code::NotACommand,
+            crate::domain::commands::CommandError::Unknown { .. } => Code::UnknownCommand,
+        };
+        ApiError::new(code, e.to_string())
+    })?;
+    // `plan` is the only command today; the registry guarantees it is composed.
+    let result = state
+        .engine
+        .submit(
+            &state.sessions,
+            &sid,
+            &aid,
+            |s, turn| s.decide_plan_command(&aid, args, turn),
+            |r| r.message.as_ref(),
+        )
+        .await?;
+    let session = state.sessions.state(&sid).await?;
+    let plan = session.agent(&aid).map_err(ServiceError::from)?.plan.view();
+    Ok(web::Json(CommandRan {
+        command: name.to_owned(),
+        result,
+        plan,
+    }))
+}

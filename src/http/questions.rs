@@ -1,0 +1,162 @@
+//! Questions: list, answer (first answer wins), dismiss. An answer resumes the waiting turn
+//! on this replica, whichever replica started it.
+
+use actix_web::{get, post, web};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+
+use super::{session_id, ApiError, Code, Problem, State};
+use crate::domain::questions::{QuestionStatus, QuestionView};
+use crate::domain::{AgentId, SessionId};
+use crate::service::Decided;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct QuestionQuery {
+    /// `open` (default) or `all`.
+    pub state: Option<String>,
+}
+
+#[derive(Debug, serde::Serialize, Deserialize, ToSchema)]
+pub struct QuestionList {
+    pub questions: Vec<QuestionView>,
+}
+
+/// The session's questions, oldest first.
+#[utoipa::path(
+    tag = "questions",
+    params(("sid" = String, Path, description = "Session id"), QuestionQuery),
+    responses(
+        (status = 200, body = QuestionList),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/sessions/{sid}/questions")]
+pub async fn list_questions(
+    state: State,
+    path: web::Path<String>,
+    query: web::Query<QuestionQuery>,
+) -> Result<web::Json<QuestionList>, ApiError> {
+    state.require_questions()?;
+    let sid = session_id(&path)?;
+    let all = match query.state.as_deref() {
+        None | Some("open") => false,
+        Some("all") => true,
+        Some(other) => {
+            return Err(ApiError::new(
+                Code::InvalidQuery,
+                format!("state must be `open` or `all`, not `{other}`"),
+            ))
+        }
+    };
+    let session = state.sessions.state(&sid).await?;
+    let mut questions: Vec<_> = session
+        .questions
+        .values()
+        .filter(|q| all || q.state == QuestionStatus::Open)
+        .map(|q| q.view())
+        .collect();
+    questions.sort_by_key(|q| q.asked_at);
+    Ok(web::Json(QuestionList { questions }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerBody {
+    /// One of the question's options, e.g. `Approve` or `Keep planning`.
+    pub label: Option<String>,
+    /// Free text (when the question allows it), alone or with a label.
+    pub text: Option<String>,
+}
+
+fn question_ids(path: &(String, String)) -> Result<(SessionId, String), ApiError> {
+    let sid = session_id(&path.0)?;
+    let qid = &path.1;
+    if qid.is_empty()
+        || qid.len() > 128
+        || !qid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(ApiError::new(
+            Code::InvalidId,
+            format!(
+                "`{}` is not a question id",
+                qid.chars().take(80).collect::<String>()
+            ),
+        ));
+    }
+    Ok((sid, qid.clone()))
+}
+
+async fn closed(
+    state: &State,
+    sid: &SessionId,
+    qid: &str,
+    done: Decided<AgentId>,
+) -> Result<web::Json<QuestionView>, ApiError> {
+    // The waiting turn holds no replica: continue it here.
+    state.engine.resume(&done.state, sid, &done.value).await?;
+    let question = done.state.questions.get(qid).map(|q| q.view());
+    question.map(web::Json).ok_or_else(|| {
+        ApiError::new(
+            Code::QuestionNotFound,
+            format!("question `{qid}` does not exist"),
+        )
+    })
+}
+
+/// Answer an open question with a `label`, free `text`, or both. The first answer wins: a
+/// later answer or dismiss gets 409 and appends nothing.
+#[utoipa::path(
+    tag = "questions",
+    params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
+    request_body = AnswerBody,
+    responses(
+        (status = 200, body = QuestionView),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions/{sid}/questions/{qid}/answer")]
+pub async fn answer(
+    state: State,
+    path: web::Path<(String, String)>,
+    body: web::Json<AnswerBody>,
+) -> Result<web::Json<QuestionView>, ApiError> {
+    state.require_questions()?;
+    let (sid, qid) = question_ids(&path)?;
+    let AnswerBody { label, text } = body.into_inner();
+    let done = state
+        .sessions
+        .decide(&sid, |s| s.decide_answer(&qid, label.clone(), text.clone()))
+        .await?;
+    closed(&state, &sid, &qid, done).await
+}
+
+/// Dismiss an open question (the user closes it to talk instead). The waiting tool call fails
+/// and the model is told to wait for the user's message.
+#[utoipa::path(
+    tag = "questions",
+    params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
+    responses(
+        (status = 200, body = QuestionView),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions/{sid}/questions/{qid}/dismiss")]
+pub async fn dismiss(
+    state: State,
+    path: web::Path<(String, String)>,
+) -> Result<web::Json<QuestionView>, ApiError> {
+    state.require_questions()?;
+    let (sid, qid) = question_ids(&path)?;
+    let done = state
+        .sessions
+        .decide(&sid, |s| s.decide_dismiss(&qid))
+        .await?;
+    closed(&state, &sid, &qid, done).await
+}
