@@ -344,6 +344,64 @@ impl TestApp {
         .await
     }
 
+    /// Waits for the next open question of the session and returns it.
+    pub async fn await_question(&self, sid: &str) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let open = self
+                .get(&format!("/v1/sessions/{sid}/questions"))
+                .await
+                .ok();
+            if let Some(q) = open["questions"].as_array().and_then(|q| q.first()) {
+                return q.clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no question was asked"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn answer(&self, sid: &str, qid: &str, body: Value) -> Reply {
+        self.post_json(&format!("/v1/sessions/{sid}/questions/{qid}/answer"), body)
+            .await
+    }
+
+    pub async fn dismiss(&self, sid: &str, qid: &str) -> Reply {
+        self.send(
+            self.client
+                .post(self.url(&format!("/v1/sessions/{sid}/questions/{qid}/dismiss"))),
+        )
+        .await
+    }
+
+    /// Drives a turn to its end, dismissing every question it asks.
+    pub async fn finish_turn_dismissing(&self, sid: &str, turn: &str) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let events = self.events(sid).await;
+            if events
+                .iter()
+                .any(|e| e["type"] == "turn/ended" && e["data"]["turn"] == turn)
+            {
+                return events;
+            }
+            let open = self
+                .get(&format!("/v1/sessions/{sid}/questions"))
+                .await
+                .ok();
+            for q in open["questions"].as_array().into_iter().flatten() {
+                self.dismiss(sid, q["id"].as_str().unwrap()).await;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "turn {turn} did not end: {events:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn events_of_type(&self, sid: &str, ty: &str) -> Vec<Value> {
         self.events(sid)
             .await

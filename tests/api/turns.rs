@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use dsh_plan::engine::assembly::DEFAULT_PLAN_POLICY;
+use dsh_plan::composition::Composition;
 use serde_json::{json, Value};
 
 use crate::helpers::{spawn_with, TestApp, TestRedis};
@@ -9,8 +9,12 @@ use crate::on_both_stores;
 
 const NOTE: &str = "plugin:plan-mode";
 
-fn policy() -> &'static str {
-    DEFAULT_PLAN_POLICY.trim_end()
+fn policy() -> String {
+    Composition::builtin()
+        .plan_policy()
+        .unwrap()
+        .trim_end()
+        .to_owned()
 }
 
 async fn openai_app(redis: &TestRedis, mock: &MockProvider, workspace: Option<String>) -> TestApp {
@@ -69,8 +73,10 @@ async fn plan_policy_is_sent_only_while_active_between_lower_and_higher_orders_w
     let requests = mock.requests().await;
     assert_eq!(requests.len(), 2);
     let (on, off) = (system_of(&requests[0]), system_of(&requests[1]));
-    let at = on.find(policy()).expect("plan:policy is sent while active");
-    assert!(!off.contains(policy()), "inactive sends no plan section");
+    let at = on
+        .find(&policy())
+        .expect("plan:policy is sent while active");
+    assert!(!off.contains(&policy()), "inactive sends no plan section");
     let base = on.find("You are dsh").unwrap();
     let ws = on.find("Workspace rule").unwrap();
     assert!(
@@ -143,6 +149,19 @@ async fn a_choice_made_during_generation_stays_pending_until_the_continuation_pr
         json!({"active": true, "pending": false})
     );
 
+    // The plan call opens a review; waiting still counts as running, so the choice stays queued.
+    let question = app.await_question(&sid).await;
+    assert_eq!(
+        app.plan(&sid, "main").await.ok(),
+        json!({"active": true, "pending": false})
+    );
+    app.answer(
+        &sid,
+        question["id"].as_str().unwrap(),
+        json!({"label": "Keep planning", "text": "more detail"}),
+    )
+    .await
+    .ok();
     let events = app.await_turn_end(&sid, &turn).await;
     let result = index_of(&events, |e| e["type"] == "tool/result");
     let flip = index_of(&events, |e| {
@@ -162,12 +181,12 @@ async fn a_choice_made_during_generation_stays_pending_until_the_continuation_pr
     );
 
     let requests = mock.requests().await;
-    assert!(system_of(&requests[0]).contains(policy()));
+    assert!(system_of(&requests[0]).contains(&policy()));
     assert!(
-        !system_of(&requests[1]).contains(policy()),
+        !system_of(&requests[1]).contains(&policy()),
         "the step after the pre-step has no plan:policy"
     );
-    // The exit call failed closed (no review channel yet) and is part of the history.
+    // The rejected review and its feedback are part of the history.
     let tool_msg = requests[1]["messages"]
         .as_array()
         .unwrap()
@@ -177,7 +196,7 @@ async fn a_choice_made_during_generation_stays_pending_until_the_continuation_pr
     assert!(tool_msg["content"]
         .as_str()
         .unwrap()
-        .contains("unavailable"));
+        .contains("more detail"));
     assert_eq!(app.plan(&sid, "main").await.ok(), json!({"active": false}));
 }
 
@@ -264,7 +283,7 @@ async fn story(app: TestApp) {
         .await;
     let step = events.iter().find(|e| e["type"] == "step/started").unwrap();
     assert!(
-        step["data"]["system"].as_str().unwrap().contains(policy()),
+        step["data"]["system"].as_str().unwrap().contains(&policy()),
         "the turn runs with plan:policy"
     );
     assert_eq!(
@@ -331,7 +350,7 @@ async fn story(app: TestApp) {
     assert!(!events[header]["data"]["system"]
         .as_str()
         .unwrap()
-        .contains(policy()));
+        .contains(&policy()));
     assert_eq!(app.plan(&sid, "main").await.ok(), json!({"active": false}));
     assert_eq!(events.last().unwrap()["data"]["reason"], "completed");
 }
@@ -356,11 +375,13 @@ on_both_stores! {
                 assert_eq!(app.set_plan(&sid, "main", active).await.ok()["outcome"], "committed");
             }
             let turn = turn_of(&app.prompt(&sid, "main", text).await);
-            app.await_turn_end(&sid, &turn).await;
+            // Plan-mode turns submit a plan for review; dismissing it ends them unchanged.
+            app.finish_turn_dismissing(&sid, &turn).await;
         }
         let events = app.events(&sid).await;
         let notes: Vec<usize> = events.iter().enumerate().filter(|(_, e)| e["data"]["source"] == NOTE).map(|(i, _)| i).collect();
-        // Turn a: no header yet; b: same state; c: inactive → active; d: same; e: active → inactive.
+        // Turn a: no header yet; b: same state; c: inactive → active (its second step: same);
+        // d: same; e: active → inactive.
         assert_eq!(notes.len(), 2, "{events:#?}");
         for i in &notes {
             assert_eq!(events[i + 1]["type"], "step/started", "a notification belongs to the next step");
