@@ -224,6 +224,7 @@ impl Engine {
             |p| Some(p),
         )
         .await
+        .map(|d| d.value)
     }
 
     /// Commits a decision that may open turn `<new id>` on `agent` (`opened` says whether it
@@ -235,7 +236,7 @@ impl Engine {
         agent: &AgentId,
         decide: impl Fn(&SessionState, &str) -> Result<(T, Vec<NewEvent>), crate::domain::DomainError>,
         opened: impl Fn(&T) -> Option<&Prompted>,
-    ) -> Result<T, ServiceError> {
+    ) -> Result<crate::service::Decided<T>, ServiceError> {
         let turn = format!("turn-{}", uuid::Uuid::now_v7().simple());
         let t = TurnRef {
             sid: sid.clone(),
@@ -257,7 +258,7 @@ impl Engine {
         } else {
             self.leases.release(&t.member(), &self.owner).await?;
         }
-        decided.map(|d| d.value)
+        decided
     }
 
     /// Continues `agent`'s open turn here, if no replica holds it (after an answer).

@@ -81,11 +81,16 @@ pub async fn run_command(
             |r| r.message.as_ref(),
         )
         .await?;
-    let session = state.sessions.state(&sid).await?;
-    let plan = session.agent(&aid).map_err(ServiceError::from)?.plan.view();
+    // The plan state this command left, as committed (not re-read: a turn may have moved on).
+    let plan = result
+        .state
+        .agent(&aid)
+        .map_err(ServiceError::from)?
+        .plan
+        .view();
     Ok(web::Json(CommandRan {
         command: name.to_owned(),
-        result,
+        result: result.value,
         plan,
     }))
 }

@@ -27,6 +27,7 @@ pub async fn get_plan(
     state: State,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<PlanView>, ApiError> {
+    state.require_plan_mode()?;
     let (sid, aid) = ids(&path)?;
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(

@@ -3,12 +3,14 @@
 
 mod helpers;
 
+mod composition;
 mod errors;
 mod failover;
 mod mock_provider;
 mod openapi;
 mod plan;
 mod replicas;
+mod review;
 mod sessions;
 mod turns;
 mod verify;
