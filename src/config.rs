@@ -74,6 +74,17 @@ pub struct Settings {
         global = true
     )]
     pub fixture_token_delay_ms: u64,
+    /// Whether compaction trims the log entries its snapshot replaces.
+    #[arg(long, env = "DSH_TRIM_ON_COMPACT", default_value_t = true, action = clap::ArgAction::Set, global = true)]
+    pub trim_on_compact: bool,
+    /// Milliseconds between SSE heartbeat comments.
+    #[arg(
+        long,
+        env = "DSH_SSE_HEARTBEAT_MS",
+        default_value_t = 15_000,
+        global = true
+    )]
+    pub sse_heartbeat_ms: u64,
     /// The plugin manifest (YAML); unset → the built-in one (plan-mode, commands, questions).
     #[arg(long, env = "DSH_CONFIG", global = true)]
     pub config: Option<String>,
@@ -97,6 +108,8 @@ impl Settings {
             fixture_token_delay_ms: 30,
             workspace: None,
             config: None,
+            trim_on_compact: true,
+            sse_heartbeat_ms: 15_000,
         }
     }
 

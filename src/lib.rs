@@ -12,6 +12,7 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod http;
+pub mod live;
 pub mod service;
 pub mod startup;
 pub mod store;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use quick_cache::sync::Cache;
 
-use crate::domain::event::ForkOrigin;
+use crate::domain::event::{AgentSnapshot, ForkOrigin};
 use crate::domain::plan::PlanProjection;
 use crate::domain::session::decide_create;
 use crate::domain::{DomainError, FoldError, NewEvent, Recorded, SessionId, SessionState};
@@ -39,6 +39,10 @@ pub enum ServiceError {
     Corrupt(#[from] FoldError),
     #[error("too many concurrent writers on this session; retry")]
     Contention,
+    #[error("{0}")]
+    InvalidForkPoint(String),
+    #[error("the model provider failed: {0}")]
+    Provider(String),
 }
 
 /// A committed decision: its value, the state after it, and the events it appended.
@@ -169,12 +173,13 @@ impl Sessions {
         Err(ServiceError::Contention)
     }
 
-    /// Creates a session (with its root agent) and returns its id and state.
+    /// Creates a session (with its root agent, or a fork's agents) and returns its id and state.
     pub async fn create(
         &self,
         parent: Option<ForkOrigin>,
+        agents: Option<Vec<AgentSnapshot>>,
     ) -> Result<(SessionId, Arc<SessionState>), ServiceError> {
-        let events = decide_create(parent);
+        let events = decide_create(parent, agents);
         loop {
             let sid = SessionId::generate();
             if let Append::Committed(recorded) = self.log.append(&sid, 0, &events).await? {
@@ -182,6 +187,37 @@ impl Sessions {
                 return Ok((sid, state));
             }
             // An id collision: draw another.
+        }
+    }
+
+    /// The session folded up to and including `at` (its head when `None`), and the events
+    /// from its latest snapshot to there.
+    pub async fn prefix(
+        &self,
+        sid: &SessionId,
+        at: Option<u64>,
+    ) -> Result<(SessionState, Vec<Recorded>), ServiceError> {
+        let mut state = SessionState::default();
+        let mut events: Vec<Recorded> = Vec::new();
+        loop {
+            let batch = self.log.read(sid, state.seq, FOLD_BATCH).await?;
+            let done = batch.len() < FOLD_BATCH;
+            for e in batch {
+                if at.is_some_and(|at| e.seq() > at) {
+                    return Ok((state, events));
+                }
+                state.evolve(&e)?;
+                if e.kind.snapshot().is_some() {
+                    events.clear();
+                }
+                events.push(e);
+            }
+            if done {
+                if !state.exists() {
+                    return Err(ServiceError::SessionNotFound(sid.clone()));
+                }
+                return Ok((state, events));
+            }
         }
     }
 

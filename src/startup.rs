@@ -13,13 +13,15 @@ use crate::engine::assembly::Prompting;
 use crate::engine::provider::{fixture::Fixture, openai::OpenAi, ModelClient};
 use crate::engine::{Engine, Timing};
 use crate::http::{self, AppState};
+use crate::live::Hub;
 use crate::service::Sessions;
-use crate::store::{EventLog, MemoryLeases, MemoryLog, RedisLeases, RedisLog, TurnLeases};
+use crate::store::{EventLog, LiveBus, MemoryLeases, MemoryLog, RedisLeases, RedisLog, TurnLeases};
 
 /// The stores a replica needs.
 #[derive(Clone)]
 pub struct Stores {
     pub log: Arc<dyn EventLog>,
+    pub live: Arc<dyn LiveBus>,
     pub leases: Arc<dyn TurnLeases>,
 }
 
@@ -27,6 +29,7 @@ pub struct Application {
     port: u16,
     server: Server,
     state: Arc<AppState>,
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 /// Opens the configured store: Redis when a URL is given, else the embedded in-memory log.
@@ -38,8 +41,10 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 .with_context(|| format!("connecting to Redis at {}", redact(url)))?;
             tracing::info!(redis = %redact(url), prefix = %settings.key_prefix, "store: Redis Streams");
             let leases = Arc::new(RedisLeases::new(&log));
+            let log = Arc::new(log);
             Stores {
-                log: Arc::new(log),
+                log: log.clone(),
+                live: log,
                 leases,
             }
         }
@@ -47,8 +52,10 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
             tracing::warn!(
                 "store: embedded in-memory log (REDIS_URL unset): single process, nothing persisted"
             );
+            let log = Arc::new(MemoryLog::default());
             Stores {
-                log: Arc::new(MemoryLog::default()),
+                log: log.clone(),
+                live: log,
                 leases: Arc::new(MemoryLeases::default()),
             }
         }
@@ -98,6 +105,7 @@ impl Application {
         let provider = open_provider(&settings, policy)?;
         let engine = Engine::new(
             stores.log.clone(),
+            stores.live.clone(),
             stores.leases,
             provider,
             prompting,
@@ -106,12 +114,18 @@ impl Application {
             Timing::default(),
         );
         engine.start();
-        let state = AppState::new(
-            Sessions::new(stores.log),
+        let hub = Hub::start(stores.live.as_ref());
+        let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
+        let state = Arc::new(AppState {
+            sessions: Sessions::new(stores.log),
             engine,
             composition,
-            replica_id.clone(),
-        );
+            replica_id: replica_id.clone(),
+            hub,
+            shutdown,
+            sse_heartbeat: std::time::Duration::from_millis(settings.sse_heartbeat_ms.max(100)),
+            trim_on_compact: settings.trim_on_compact,
+        });
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;
         let port = listener.local_addr()?.port();
@@ -119,6 +133,7 @@ impl Application {
         let mut server =
             HttpServer::new(move || App::new().configure(http::configure(data.clone())))
                 .listen(listener)?
+                .disable_signals()
                 .shutdown_timeout(5);
         if let Some(n) = settings.workers {
             server = server.workers(n.max(1));
@@ -128,6 +143,7 @@ impl Application {
             port,
             server: server.run(),
             state,
+            shutdown: shutdown_tx,
         })
     }
 
@@ -144,7 +160,27 @@ impl Application {
         self.server.handle()
     }
 
+    /// Serves until stopped through [`Self::handle`] (tests) or by the process's signals.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+
+    /// Serves until SIGINT or SIGTERM, then ends SSE streams (so clients reconnect to another
+    /// replica) and stops gracefully.
+    pub async fn run_until_signalled(self) -> std::io::Result<()> {
+        let handle = self.server.handle();
+        let shutdown = self.shutdown;
+        tokio::spawn(async move {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+            tracing::info!("shutting down: closing event streams");
+            let _ = shutdown.send(true);
+            handle.stop(true).await;
+        });
         self.server.await
     }
 }

@@ -23,11 +23,51 @@ pub struct ForkOrigin {
     pub at: EventId,
 }
 
+/// One agent's state in a snapshot: what a fold needs to continue without the events before.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSnapshot {
+    #[schema(value_type = String)]
+    pub id: AgentId,
+    #[schema(value_type = Option<String>)]
+    pub owner: Option<AgentId>,
+    /// The recorded plan state.
+    pub active: bool,
+    /// A pending choice, if any (kept by compaction; a fork does not carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<bool>,
+    /// The plan state the agent's last step header described.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_header_plan: Option<bool>,
+    /// The provider-visible history that replaces the events before the snapshot (a fork
+    /// copies it; compaction replaces it with a summary).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub history: Vec<serde_json::Value>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionCreated {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ForkOrigin>,
+    /// For a fork: the agents and their recorded state at the fork point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<AgentSnapshot>>,
+}
+
+/// A snapshot of everything the fold needs; later folds start here and earlier entries may be
+/// trimmed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionCompacted {
+    /// The provider-written summary of the conversation so far.
+    pub summary: String,
+    /// When the session was created (ms since the epoch).
+    pub created_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ForkOrigin>,
+    pub agents: Vec<AgentSnapshot>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -245,6 +285,8 @@ pub enum EventKind {
     QuestionAnswered(QuestionAnswered),
     #[serde(rename = "question/dismissed")]
     QuestionDismissed(QuestionDismissed),
+    #[serde(rename = "session/compacted")]
+    SessionCompacted(SessionCompacted),
 }
 
 impl EventKind {
@@ -265,6 +307,18 @@ impl EventKind {
             EventKind::QuestionAsked(_) => "question/asked",
             EventKind::QuestionAnswered(_) => "question/answered",
             EventKind::QuestionDismissed(_) => "question/dismissed",
+            EventKind::SessionCompacted(_) => "session/compacted",
+        }
+    }
+
+    /// The agents a snapshot-bearing event (fork creation or compaction) restores.
+    pub fn snapshot(&self) -> Option<&[AgentSnapshot]> {
+        match self {
+            EventKind::SessionCreated(SessionCreated {
+                agents: Some(a), ..
+            }) => Some(a),
+            EventKind::SessionCompacted(c) => Some(&c.agents),
+            _ => None,
         }
     }
 

@@ -38,7 +38,7 @@ fn play(ops: &[Op]) -> Vec<Recorded> {
             log.push(r);
         }
     };
-    commit(&mut state, decide_create(None), &mut log);
+    commit(&mut state, decide_create(None, None), &mut log);
     let pick = |state: &SessionState, i: usize| {
         state
             .agents

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::event::{AgentSnapshot, QuestionAnswered, QuestionDismissed, ToolCall};
 use super::event::{
     AgentSpawned, AssistantMessage, EventKind, ForkOrigin, NewEvent, Recorded, SessionCreated,
     StepRetried, StepStarted, ToolResult, TurnEnded, TurnStarted, UserMessage,
 };
-use super::event::{QuestionAnswered, QuestionDismissed, ToolCall};
 use super::ids::{AgentId, EventId, SessionId};
 use super::plan::{decide_set, Outcome, PlanRecord, PlanView};
 use super::questions::{QuestionState, QuestionStatus};
@@ -66,6 +66,8 @@ pub struct SessionState {
     pub agents: BTreeMap<AgentId, AgentState>,
     /// Every question asked in this session, by id.
     pub questions: BTreeMap<String, QuestionState>,
+    /// History-bearing events (user, assistant, tool) folded since the last snapshot.
+    pub messages: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -95,6 +97,10 @@ pub enum DomainError {
     TextNotAllowed(String),
     #[error("an answer needs a `label` or a non-empty `text`")]
     EmptyAnswer,
+    #[error("agent `{0}` is running a turn; try again when it is idle")]
+    TurnRunning(AgentId),
+    #[error("the session changed while it was being compacted; try again")]
+    ChangedDuringCompaction,
 }
 
 impl SessionState {
@@ -110,7 +116,9 @@ impl SessionState {
 
     pub fn evolve(&mut self, e: &Recorded) -> Result<(), FoldError> {
         let fail = |reason: String| FoldError { at: e.id, reason };
-        if e.seq() != self.seq + 1 {
+        // A compaction snapshot restores the whole state, so entries before it may be gone.
+        let restores = matches!(e.kind, EventKind::SessionCompacted(_));
+        if e.seq() != self.seq + 1 && !(restores && e.seq() > self.seq) {
             return Err(fail(format!(
                 "expected seq {}, found {}",
                 self.seq + 1,
@@ -118,10 +126,27 @@ impl SessionState {
             )));
         }
         match (&e.kind, self.exists()) {
-            (EventKind::SessionCreated(SessionCreated { parent }), false) => {
+            (EventKind::SessionCompacted(c), _) => {
+                if self.agents.values().any(|a| a.turn.is_some()) {
+                    return Err(fail("compacted while a turn is open".into()));
+                }
+                *self = SessionState {
+                    seq: self.seq,
+                    created_at: c.created_at,
+                    parent: c.parent.clone(),
+                    ..Default::default()
+                };
+                self.restore(&c.agents);
+            }
+            (EventKind::SessionCreated(SessionCreated { parent, agents }), false) => {
                 self.created_at = e.committed_at;
                 self.parent = parent.clone();
-                self.agents.insert(e.agent.clone(), fresh_agent(None));
+                match agents {
+                    Some(agents) => self.restore(agents),
+                    None => {
+                        self.agents.insert(e.agent.clone(), fresh_agent(None));
+                    }
+                }
             }
             (EventKind::SessionCreated(_), true) => {
                 return Err(fail("second session/created".into()))
@@ -142,10 +167,57 @@ impl SessionState {
                 self.agents
                     .insert(e.agent.clone(), fresh_agent(owner.clone()));
             }
-            (kind, true) => self.evolve_agent(e, kind).map_err(fail)?,
+            (kind, true) => {
+                if matches!(
+                    kind,
+                    EventKind::UserMessage(_)
+                        | EventKind::AssistantMessage(_)
+                        | EventKind::ToolResult(_)
+                ) {
+                    self.messages += 1;
+                }
+                self.evolve_agent(e, kind).map_err(fail)?
+            }
         }
         self.seq = e.seq();
         Ok(())
+    }
+
+    /// Restores agents from a snapshot: recorded plan state, pending choice, last header; no
+    /// turns, no open questions.
+    fn restore(&mut self, agents: &[AgentSnapshot]) {
+        for a in agents {
+            let mut state = fresh_agent(a.owner.clone());
+            state.plan = PlanRecord {
+                active: a.active,
+                target: a.pending,
+            };
+            state.last_header_plan = a.last_header_plan;
+            self.agents.insert(a.id.clone(), state);
+        }
+    }
+
+    /// The snapshot of every agent, with the given provider history per agent.
+    pub fn snapshot(
+        &self,
+        mut history: impl FnMut(&AgentId) -> Vec<serde_json::Value>,
+        keep_pending: bool,
+    ) -> Vec<AgentSnapshot> {
+        self.agents
+            .iter()
+            .map(|(id, a)| AgentSnapshot {
+                id: id.clone(),
+                owner: a.owner.clone(),
+                active: a.plan.active,
+                pending: if keep_pending {
+                    a.plan.view().pending
+                } else {
+                    None
+                },
+                last_header_plan: a.last_header_plan,
+                history: history(id),
+            })
+            .collect()
     }
 
     /// Turn, step, tool and question events of one agent.
@@ -397,11 +469,36 @@ impl SessionState {
     }
 }
 
+impl SessionState {
+    /// Compaction: refused while any turn runs; otherwise a snapshot of every agent (recorded
+    /// plan state, pending choice, last header) with `histories` in place of the events so far.
+    pub fn decide_compact(
+        &self,
+        summary: &str,
+        histories: &BTreeMap<AgentId, Vec<serde_json::Value>>,
+    ) -> Result<((), Vec<NewEvent>), DomainError> {
+        if let Some((id, _)) = self.agents.iter().find(|(_, a)| a.turn.is_some()) {
+            return Err(DomainError::TurnRunning(id.clone()));
+        }
+        let agents = self.snapshot(|id| histories.get(id).cloned().unwrap_or_default(), true);
+        let event = EventKind::SessionCompacted(super::event::SessionCompacted {
+            summary: summary.to_owned(),
+            created_at: self.created_at,
+            parent: self.parent.clone(),
+            agents,
+        });
+        Ok(((), vec![NewEvent::new(&AgentId::root(), event)]))
+    }
+}
+
 /// The events that create a session: its root agent `main` comes with `session/created`.
-pub fn decide_create(parent: Option<ForkOrigin>) -> Vec<NewEvent> {
+pub fn decide_create(
+    parent: Option<ForkOrigin>,
+    agents: Option<Vec<AgentSnapshot>>,
+) -> Vec<NewEvent> {
     vec![NewEvent::new(
         &AgentId::root(),
-        EventKind::SessionCreated(SessionCreated { parent }),
+        EventKind::SessionCreated(SessionCreated { parent, agents }),
     )]
 }
 

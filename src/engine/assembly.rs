@@ -216,6 +216,28 @@ pub fn history(events: &[Recorded], agent: &AgentId, before: u64) -> Vec<Value> 
     out
 }
 
+/// Drops tool calls that never got a result (a fork taken mid-turn), so the history is a valid
+/// request on its own.
+pub fn well_formed(messages: Vec<Value>) -> Vec<Value> {
+    let answered: std::collections::HashSet<String> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["tool_call_id"].as_str().map(str::to_owned))
+        .collect();
+    messages
+        .into_iter()
+        .map(|mut m| {
+            if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                calls.retain(|c| c["id"].as_str().is_some_and(|id| answered.contains(id)));
+                if calls.is_empty() {
+                    m.as_object_mut().map(|o| o.remove("tool_calls"));
+                }
+            }
+            m
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::broadcast;
 
 use crate::composition::Composition;
 use crate::domain::event::{
@@ -26,9 +25,10 @@ use crate::domain::session::Prompted;
 use crate::domain::turn::{current_attempt, next_action, Next};
 use crate::domain::{AgentId, EventKind, NewEvent, Recorded, SessionId, SessionState};
 use crate::service::{ServiceError, Sessions};
-use crate::store::{stamp, Append, EventLog, StoreError, TurnLeases};
+use crate::store::{stamp, Append, EventLog, LiveBus, StoreError, TurnLeases};
 
 pub mod assembly;
+mod lifecycle;
 pub mod provider;
 pub mod tools;
 
@@ -56,9 +56,12 @@ impl Default for Timing {
     }
 }
 
-/// An assistant text delta, streamed live and never recorded.
+/// An assistant text delta, streamed live to every replica's subscribers and never recorded.
 #[derive(Clone, Debug, Serialize)]
 pub struct Delta {
+    /// Always `assistant/delta`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
     pub session: String,
     pub agent: String,
     pub turn: String,
@@ -101,7 +104,8 @@ pub struct Engine {
     /// Lease owner token: the replica id plus a per-process nonce.
     owner: String,
     timing: Timing,
-    deltas: broadcast::Sender<Delta>,
+    /// Deltas go out in order through one publisher task per replica.
+    deltas: tokio::sync::mpsc::UnboundedSender<String>,
     /// Turns this process is running, so a sweep never starts a second runner here.
     running: Mutex<HashSet<String>>,
     /// The runtime turn runners live on (not an HTTP worker's), so they outlive requests.
@@ -128,8 +132,10 @@ enum TurnStop {
 }
 
 impl Engine {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         log: Arc<dyn EventLog>,
+        live: Arc<dyn LiveBus>,
         leases: Arc<dyn TurnLeases>,
         provider: Arc<dyn ModelClient>,
         prompting: Prompting,
@@ -148,7 +154,17 @@ impl Engine {
             replica,
             owner,
             timing,
-            deltas: broadcast::channel(4096).0,
+            deltas: {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+                tokio::spawn(async move {
+                    while let Some(json) = rx.recv().await {
+                        if let Err(e) = live.publish(json).await {
+                            tracing::debug!(error = %e, "a delta was not published");
+                        }
+                    }
+                });
+                tx
+            },
             running: Mutex::new(HashSet::new()),
             runtime: tokio::runtime::Handle::current(),
         })
@@ -165,11 +181,6 @@ impl Engine {
     /// The tool list every step sends.
     pub fn tools(&self) -> &serde_json::Value {
         &self.tools
-    }
-
-    /// Live assistant text deltas of turns run on this replica.
-    pub fn subscribe_deltas(&self) -> broadcast::Receiver<Delta> {
-        self.deltas.subscribe()
     }
 
     /// Starts the sweeper that adopts turns whose replica died. Runs until the runtime stops.
@@ -588,13 +599,15 @@ impl Engine {
         let deltas = self.deltas.clone();
         let (sid, agent, turn) = (t.sid.to_string(), t.agent.to_string(), t.turn.clone());
         let on_delta = move |text: &str| {
-            let _ = deltas.send(Delta {
+            let delta = Delta {
+                kind: "assistant/delta",
                 session: sid.clone(),
                 agent: agent.clone(),
                 turn: turn.clone(),
                 step,
                 text: text.to_owned(),
-            });
+            };
+            let _ = deltas.send(serde_json::to_string(&delta).unwrap_or_default());
         };
         let call = self.provider.complete(&request, &on_delta);
         tokio::pin!(call);

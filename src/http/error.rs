@@ -39,6 +39,8 @@ pub enum Code {
     UnknownCommand,
     NotACommand,
     TurnRunning,
+    InvalidForkPoint,
+    ProviderFailed,
     FeatureDisabled,
     WriteContention,
     StoreUnavailable,
@@ -59,11 +61,11 @@ impl Code {
             QuestionClosed | TurnRunning => StatusCode::CONFLICT,
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            InvalidBody | OwnerNotFound | UnknownLabel | TextNotAllowed | EmptyAnswer => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            InvalidBody | OwnerNotFound | UnknownLabel | TextNotAllowed | EmptyAnswer
+            | InvalidForkPoint => StatusCode::UNPROCESSABLE_ENTITY,
             WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             LogCorrupt | Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ProviderFailed => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -129,6 +131,9 @@ impl From<ServiceError> for ApiError {
                     DomainError::UnknownLabel { .. } => Code::UnknownLabel,
                     DomainError::TextNotAllowed(_) => Code::TextNotAllowed,
                     DomainError::EmptyAnswer => Code::EmptyAnswer,
+                    DomainError::TurnRunning(_) | DomainError::ChangedDuringCompaction => {
+                        Code::TurnRunning
+                    }
                 };
                 ApiError::new(code, d.to_string())
             }
@@ -144,6 +149,14 @@ impl From<ServiceError> for ApiError {
                 ApiError::opaque(Code::LogCorrupt, "the session log could not be folded", f)
             }
             ServiceError::Contention => ApiError::new(Code::WriteContention, e.to_string()),
+            ServiceError::InvalidForkPoint(_) => {
+                ApiError::new(Code::InvalidForkPoint, e.to_string())
+            }
+            ServiceError::Provider(p) => ApiError::opaque(
+                Code::ProviderFailed,
+                "the model provider failed; retry shortly",
+                p,
+            ),
         }
     }
 }

@@ -10,10 +10,12 @@ use utoipa_actix_web::service_config::ServiceConfig;
 use crate::composition::Composition;
 use crate::domain::{AgentId, SessionId};
 use crate::engine::Engine;
+use crate::live::Hub;
 use crate::service::Sessions;
 
 mod commands;
 pub mod error;
+mod events;
 mod plan;
 mod questions;
 mod sessions;
@@ -28,25 +30,18 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub composition: Composition,
     pub replica_id: String,
+    /// This replica's live fan-out.
+    pub hub: Arc<Hub>,
+    /// Flips to true on shutdown; SSE streams end so clients reconnect elsewhere.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    pub sse_heartbeat: std::time::Duration,
+    /// Whether compaction trims the entries it replaced.
+    pub trim_on_compact: bool,
 }
 
 pub type State = web::Data<AppState>;
 
 impl AppState {
-    pub fn new(
-        sessions: Sessions,
-        engine: Arc<Engine>,
-        composition: Composition,
-        replica_id: String,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            sessions,
-            engine,
-            composition,
-            replica_id,
-        })
-    }
-
     /// 404 `feature-disabled` unless plan mode is composed.
     pub fn require_plan_mode(&self) -> Result<(), ApiError> {
         match self.composition.plan_mode {
@@ -129,7 +124,10 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(commands::run_command)
         .service(questions::list_questions)
         .service(questions::answer)
-        .service(questions::dismiss);
+        .service(questions::dismiss)
+        .service(sessions::fork_session)
+        .service(sessions::compact_session)
+        .service(events::events);
 }
 
 /// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.

@@ -30,7 +30,7 @@ pub async fn create_session(
     body: OptionalJson<CreateSession>,
 ) -> Result<HttpResponse, ApiError> {
     let OptionalJson(CreateSession {}) = body;
-    let (sid, session) = state.sessions.create(None).await?;
+    let (sid, session) = state.sessions.create(None, None).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/sessions/{sid}")))
         .json(session.view(&sid)))
@@ -186,4 +186,67 @@ pub async fn read_log(
         cursor,
         has_more,
     }))
+}
+
+/// Body of `POST /v1/sessions/{sid}/fork` (may be empty).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkSession {
+    /// The parent's event to fork at (inclusive); default: its last event.
+    #[schema(value_type = Option<String>, example = "12-0")]
+    pub at: Option<String>,
+}
+
+/// Fork a session at one of its events. The new session's agents inherit their recorded plan
+/// state and history; no open turn, question or pending choice carries over; the parent is
+/// unchanged.
+#[utoipa::path(
+    tag = "sessions",
+    params(("sid" = String, Path, description = "Session id")),
+    request_body(content = Option<ForkSession>, description = "May be empty"),
+    responses(
+        (status = 201, body = SessionView, headers(("Location" = String))),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions/{sid}/fork")]
+pub async fn fork_session(
+    state: State,
+    path: web::Path<String>,
+    body: OptionalJson<ForkSession>,
+) -> Result<HttpResponse, ApiError> {
+    let sid = session_id(&path)?;
+    let at = match body.0.at.as_deref() {
+        Some(raw) => Some(EventId::parse(raw).map_err(|e| ApiError::new(Code::InvalidBody, e))?),
+        None => None,
+    };
+    let (child, session) = state.engine.fork(&state.sessions, &sid, at).await?;
+    Ok(HttpResponse::Created()
+        .insert_header(("Location", format!("/v1/sessions/{child}")))
+        .json(session.view(&child)))
+}
+
+/// Compact a session: the provider summarizes each agent's history and a snapshot replaces
+/// the events before it (older entries may be trimmed). Refused with 409 while a turn runs.
+#[utoipa::path(
+    tag = "sessions",
+    params(("sid" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, body = SessionView),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/sessions/{sid}/compact")]
+pub async fn compact_session(
+    state: State,
+    path: web::Path<String>,
+) -> Result<web::Json<SessionView>, ApiError> {
+    let sid = session_id(&path)?;
+    let session = state
+        .engine
+        .compact(&state.sessions, &sid, state.trim_on_compact)
+        .await?;
+    Ok(web::Json(session.view(&sid)))
 }

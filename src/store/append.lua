@@ -2,7 +2,9 @@
 -- KEYS[1]  the session's stream
 -- ARGV[1]  the seq the caller's decision was based on (0: the session must not exist yet)
 -- ARGV[2]  schema version
--- ARGV[3..] per event: type, agent, data
+-- ARGV[3]  the live channel to publish committed events on ('' for none)
+-- ARGV[4]  the session id (named in the published message)
+-- ARGV[5..] per event: type, agent, data
 -- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
 -- or {0, last_seq, entries_after_expected} when the log has moved on.
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
@@ -20,9 +22,16 @@ if seq ~= expected then
 end
 local t = redis.call('TIME')
 local ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-for i = 3, #ARGV, 3 do
+local published = {}
+for i = 5, #ARGV, 3 do
   seq = seq + 1
   redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
+  published[#published + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
+end
+-- Every replica's one subscription learns of the commit in the same round trip, in commit
+-- order; a subscriber that sees a gap reads it from the stream.
+if ARGV[3] ~= '' and #published > 0 then
+  redis.call('PUBLISH', ARGV[3], cjson.encode({sid = ARGV[4], first = expected + 1, ms = ms, events = published}))
 end
 return {1, seq, ms}

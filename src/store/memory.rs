@@ -1,34 +1,58 @@
 //! The embedded in-memory log: one process, nothing persisted. For trying the service out; the
 //! tests that matter run on Redis.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
+use tokio::sync::mpsc::UnboundedSender;
 
-use super::{now_ms, stamp, Append, EventLog, StoreResult, CONFLICT_BATCH};
+use super::{now_ms, stamp, Append, EventLog, LiveBus, LiveMessage, StoreResult, CONFLICT_BATCH};
 use crate::domain::{NewEvent, Recorded, SessionId};
+
+/// One session's log: dense seqs from `first`.
+#[derive(Default)]
+struct Log {
+    events: VecDeque<Recorded>,
+    /// The last seq ever appended (entries may have been trimmed).
+    head: u64,
+}
+
+impl Log {
+    fn after(&self, seq: u64, limit: usize) -> Vec<Recorded> {
+        let first = self
+            .events
+            .front()
+            .map(|e| e.seq())
+            .unwrap_or(self.head + 1);
+        let skip = seq.saturating_sub(first - 1) as usize;
+        self.events.iter().skip(skip).take(limit).cloned().collect()
+    }
+}
 
 #[derive(Default)]
 pub struct MemoryLog {
-    sessions: Mutex<HashMap<SessionId, Arc<Mutex<Vec<Recorded>>>>>,
+    sessions: Mutex<HashMap<SessionId, Arc<Mutex<Log>>>>,
+    listeners: Mutex<Vec<UnboundedSender<LiveMessage>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl MemoryLog {
-    fn log(&self, sid: &SessionId, create: bool) -> Option<Arc<Mutex<Vec<Recorded>>>> {
-        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+    fn log(&self, sid: &SessionId, create: bool) -> Option<Arc<Mutex<Log>>> {
+        let mut map = lock(&self.sessions);
         match map.get(sid) {
             Some(l) => Some(l.clone()),
             None if create => Some(map.entry(sid.clone()).or_default().clone()),
             None => None,
         }
     }
-}
 
-fn after(log: &[Recorded], seq: u64, limit: usize) -> Vec<Recorded> {
-    // seqs are dense and 1-based, so the event with seq `n` sits at index `n - 1`.
-    let start = (seq as usize).min(log.len());
-    log[start..].iter().take(limit).cloned().collect()
+    fn broadcast(&self, msg: LiveMessage) {
+        lock(&self.listeners).retain(|tx| tx.send(msg.clone()).is_ok());
+    }
 }
 
 impl EventLog for MemoryLog {
@@ -44,7 +68,7 @@ impl EventLog for MemoryLog {
     ) -> BoxFuture<'a, StoreResult<Vec<Recorded>>> {
         Box::pin(async move {
             Ok(match self.log(sid, false) {
-                Some(l) => after(&l.lock().unwrap_or_else(|p| p.into_inner()), seq, limit),
+                Some(l) => lock(&l).after(seq, limit),
                 None => Vec::new(),
             })
         })
@@ -67,22 +91,53 @@ impl EventLog for MemoryLog {
                     }
                 });
             };
-            let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-            let head = log.len() as u64;
-            if head != expected {
+            let mut log = lock(&log);
+            if log.head != expected {
                 return Ok(Append::Conflict {
-                    head,
-                    missing: after(&log, expected, CONFLICT_BATCH),
+                    head: log.head,
+                    missing: log.after(expected, CONFLICT_BATCH),
                 });
             }
-            let recorded = stamp(events, head + 1, now_ms());
-            log.extend(recorded.iter().cloned());
+            let recorded = stamp(events, log.head + 1, now_ms());
+            log.events.extend(recorded.iter().cloned());
+            log.head += recorded.len() as u64;
+            if !recorded.is_empty() {
+                // Published under the session's lock: in commit order, as Redis does from
+                // inside the append script.
+                self.broadcast(LiveMessage::Events {
+                    sid: sid.clone(),
+                    events: recorded.clone(),
+                });
+            }
             Ok(Append::Committed(recorded))
         })
     }
 
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move {
+            if let Some(log) = self.log(sid, false) {
+                let mut log = lock(&log);
+                while log.events.front().is_some_and(|e| e.seq() < keep_from) {
+                    log.events.pop_front();
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+impl LiveBus for MemoryLog {
+    fn publish(&self, json: String) -> BoxFuture<'_, StoreResult<()>> {
+        self.broadcast(LiveMessage::Ephemeral(json.into()));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn listen(&self, tx: UnboundedSender<LiveMessage>) {
+        lock(&self.listeners).push(tx);
     }
 }
 

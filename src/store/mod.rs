@@ -65,6 +65,31 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// Checks that the store answers.
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// Drops the entries before seq `keep_from` (a compaction snapshot keeps what they held).
+    fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>>;
+}
+
+/// What every replica hears live: committed events of every session, in commit order, and
+/// ephemeral deltas. Delivery is best-effort; a listener that sees a gap (or `Reconnected`)
+/// reads what it missed from the log.
+#[derive(Clone, Debug)]
+pub enum LiveMessage {
+    Events {
+        sid: SessionId,
+        events: Vec<Recorded>,
+    },
+    /// An ephemeral message (e.g. an assistant text delta) as JSON.
+    Ephemeral(std::sync::Arc<str>),
+    /// The listener reconnected and may have missed messages.
+    Reconnected,
+}
+
+pub trait LiveBus: Send + Sync + 'static {
+    /// Publishes an ephemeral message to every replica.
+    fn publish(&self, json: String) -> BoxFuture<'_, StoreResult<()>>;
+    /// Starts delivering every live message to `tx` (one listener per replica).
+    fn listen(&self, tx: tokio::sync::mpsc::UnboundedSender<LiveMessage>);
 }
 
 /// Leases on running turns: a turn is run by the replica holding its lease; a lease not renewed

@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
-use super::{stamp, Append, EventLog, StoreError, StoreResult};
+use super::{stamp, Append, EventLog, LiveBus, LiveMessage, StoreError, StoreResult};
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{AgentId, EventId, EventKind, NewEvent, Recorded, SessionId};
 
@@ -20,9 +20,12 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub struct RedisLog {
+    client: redis::Client,
     conn: ConnectionManager,
     prefix: String,
     append: Script,
+    /// The one pub/sub channel every replica listens on.
+    channel: String,
 }
 
 impl RedisLog {
@@ -32,11 +35,13 @@ impl RedisLog {
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
         Ok(Self {
+            client,
             conn,
             prefix: prefix.to_owned(),
             append: Script::new(include_str!("append.lua")),
+            channel: format!("{prefix}:live"),
         })
     }
 
@@ -162,7 +167,10 @@ impl EventLog for RedisLog {
         Box::pin(async move {
             let mut conn = self.conn.clone();
             let mut inv = self.append.key(self.key(sid));
-            inv.arg(expected).arg(SCHEMA_VERSION);
+            inv.arg(expected)
+                .arg(SCHEMA_VERSION)
+                .arg(&self.channel)
+                .arg(sid.as_str());
             for e in events {
                 inv.arg(e.kind.type_name())
                     .arg(e.agent.as_str())
@@ -188,6 +196,18 @@ impl EventLog for RedisLog {
         })
     }
 
+    fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let _: Value = self
+                .trim_cmd(sid, keep_from)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
@@ -197,6 +217,105 @@ impl EventLog for RedisLog {
                 .map_err(unavailable)?;
             Ok(())
         })
+    }
+}
+
+impl RedisLog {
+    fn trim_cmd(&self, sid: &SessionId, keep_from: u64) -> redis::Cmd {
+        let mut cmd = redis::cmd("XTRIM");
+        cmd.arg(self.key(sid))
+            .arg("MINID")
+            .arg(format!("{keep_from}-0"));
+        cmd
+    }
+}
+
+/// A committed batch as `append.lua` publishes it.
+#[derive(serde::Deserialize)]
+struct Published {
+    sid: String,
+    first: u64,
+    ms: serde_json::Value,
+    events: Vec<(String, String, String)>,
+}
+
+fn decode_published(payload: &[u8]) -> Option<LiveMessage> {
+    if payload.first() != Some(&b'{') || !payload.starts_with(b"{\"") {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    if value.get("ephemeral").is_some() {
+        return Some(LiveMessage::Ephemeral(
+            value["ephemeral"].to_string().into(),
+        ));
+    }
+    let p: Published = serde_json::from_value(value).ok()?;
+    let sid = SessionId::parse(&p.sid).ok()?;
+    let ms = match &p.ms {
+        serde_json::Value::String(s) => s.parse().ok()?,
+        other => other.as_u64()?,
+    };
+    let mut events = Vec::with_capacity(p.events.len());
+    for ((ty, agent, data), seq) in p.events.iter().zip(p.first..) {
+        events.push(Recorded {
+            id: EventId(seq),
+            agent: AgentId::parse(agent).ok()?,
+            kind: EventKind::from_parts(ty, data.as_bytes()).ok()?,
+            committed_at: ms,
+            v: SCHEMA_VERSION,
+        });
+    }
+    Some(LiveMessage::Events { sid, events })
+}
+
+impl LiveBus for RedisLog {
+    fn publish(&self, json: String) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let message = format!("{{\"ephemeral\":{json}}}");
+            let _: Value = redis::cmd("PUBLISH")
+                .arg(&self.channel)
+                .arg(message)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
+    /// One dedicated pub/sub connection per replica, reconnecting with backoff; after every
+    /// (re)subscription listeners are told to catch up from the log.
+    fn listen(&self, tx: tokio::sync::mpsc::UnboundedSender<LiveMessage>) {
+        let client = self.client.clone();
+        let channel = self.channel.clone();
+        tokio::spawn(async move {
+            use futures_util::StreamExt;
+            let mut backoff = Duration::from_millis(100);
+            while !tx.is_closed() {
+                match client.get_async_pubsub().await {
+                    Ok(mut pubsub) => {
+                        if pubsub.subscribe(&channel).await.is_ok() {
+                            backoff = Duration::from_millis(100);
+                            if tx.send(LiveMessage::Reconnected).is_err() {
+                                return;
+                            }
+                            let mut messages = pubsub.on_message();
+                            while let Some(msg) = messages.next().await {
+                                if let Some(m) = decode_published(msg.get_payload_bytes()) {
+                                    if tx.send(m).is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                        tracing::warn!("live subscription lost; reconnecting");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "live subscription failed; retrying"),
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        });
     }
 }
 

@@ -150,6 +150,21 @@ pub struct PlanProjection {
 
 impl PlanProjection {
     pub fn apply(&mut self, agent: &str, kind: &EventKind) {
+        if let Some(agents) = kind.snapshot() {
+            self.agents = agents
+                .iter()
+                .map(|a| {
+                    (
+                        a.id.to_string(),
+                        PlanRecord {
+                            active: a.active,
+                            target: a.pending,
+                        },
+                    )
+                })
+                .collect();
+            return;
+        }
         let target = match kind {
             EventKind::CommandRun(c) if c.name == "plan" => Some(c.args.trim() != "off"),
             EventKind::PlanSelect(PlanSelect { active }) => Some(*active),

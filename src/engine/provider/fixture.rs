@@ -130,6 +130,19 @@ impl ModelClient for Fixture {
         "fixture"
     }
 
+    fn summarize<'a>(
+        &'a self,
+        messages: &'a [Value],
+    ) -> BoxFuture<'a, Result<String, ProviderError>> {
+        let last = last_user_text(messages);
+        let summary = format!(
+            "{} earlier messages. The last request was: {}",
+            messages.len(),
+            if last.is_empty() { "(none)" } else { &last }
+        );
+        Box::pin(async move { Ok(summary) })
+    }
+
     fn complete<'a>(
         &'a self,
         request: &'a ModelRequest,

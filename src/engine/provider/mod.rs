@@ -40,4 +40,25 @@ pub trait ModelClient: Send + Sync + 'static {
         request: &'a ModelRequest,
         on_delta: OnDelta<'a>,
     ) -> BoxFuture<'a, Result<Completion, ProviderError>>;
+
+    /// Summarizes a conversation for compaction. By default: one more request asking for it.
+    fn summarize<'a>(
+        &'a self,
+        messages: &'a [serde_json::Value],
+    ) -> BoxFuture<'a, Result<String, ProviderError>> {
+        Box::pin(async move {
+            let mut messages = messages.to_vec();
+            messages.push(serde_json::json!({"role": "user", "content": SUMMARY_REQUEST}));
+            let request = ModelRequest {
+                system: SUMMARY_SYSTEM.into(),
+                messages,
+                tools: serde_json::json!([]),
+            };
+            Ok(self.complete(&request, &|_| {}).await?.text)
+        })
+    }
 }
+
+const SUMMARY_SYSTEM: &str = "You compress conversations between a user and an AI agent.";
+const SUMMARY_REQUEST: &str = "Summarize the conversation so far for your own later use: the \
+user's goals, decisions made, the current plan if any, and open questions. Be complete but brief.";

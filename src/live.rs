@@ -1,0 +1,115 @@
+//! Live fan-out on one replica: one store subscription (the [`LiveBus`]) feeds in-process
+//! broadcast channels, one per session that has subscribers here. A replica never holds a
+//! Redis connection per subscriber.
+//!
+//! Delivery is best-effort by design: a subscriber tracks the last seq it sent and reads any
+//! gap from the log, and after a reconnect of the bus every feed is told to resync, so a
+//! stream never skips or repeats an event. A subscriber that falls more than
+//! [`FEED_CAPACITY`] items behind is cut off and resumes with `Last-Event-ID`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::{broadcast, mpsc};
+
+use crate::domain::{Recorded, SessionId};
+use crate::store::{LiveBus, LiveMessage};
+
+/// Items buffered per session feed; a subscriber further behind than this is disconnected.
+pub const FEED_CAPACITY: usize = 1024;
+
+#[derive(Clone, Debug)]
+pub enum FeedItem {
+    Events(Arc<[Recorded]>),
+    /// An ephemeral message (JSON with `type` and `session`), e.g. an assistant delta.
+    Ephemeral(Arc<str>),
+    /// Messages may have been lost: read the log past your cursor.
+    Resync,
+}
+
+#[derive(Default)]
+pub struct Hub {
+    feeds: Mutex<HashMap<SessionId, broadcast::Sender<FeedItem>>>,
+}
+
+/// A subscriber's handle on a session feed; the feed goes away with its last subscriber.
+pub struct Subscription {
+    pub rx: broadcast::Receiver<FeedItem>,
+    hub: Weak<Hub>,
+    sid: SessionId,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(hub) = self.hub.upgrade() {
+            let mut feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
+            // Our own receiver still counts until this drop completes.
+            if feeds
+                .get(&self.sid)
+                .is_some_and(|tx| tx.receiver_count() <= 1)
+            {
+                feeds.remove(&self.sid);
+            }
+        }
+    }
+}
+
+impl Hub {
+    /// Starts listening on `bus` and dispatching to local feeds.
+    pub fn start(bus: &dyn LiveBus) -> Arc<Self> {
+        let hub = Arc::new(Hub::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        bus.listen(tx);
+        tokio::spawn(Self::dispatch(Arc::downgrade(&hub), rx));
+        hub
+    }
+
+    async fn dispatch(hub: Weak<Hub>, mut rx: mpsc::UnboundedReceiver<LiveMessage>) {
+        while let Some(msg) = rx.recv().await {
+            let Some(hub) = hub.upgrade() else { return };
+            let feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
+            match msg {
+                LiveMessage::Events { sid, events } => {
+                    if let Some(tx) = feeds.get(&sid) {
+                        let _ = tx.send(FeedItem::Events(events.into()));
+                    }
+                }
+                LiveMessage::Ephemeral(json) => {
+                    let session = serde_json::from_str::<serde_json::Value>(&json)
+                        .ok()
+                        .and_then(|v| v["session"].as_str().and_then(|s| SessionId::parse(s).ok()));
+                    if let Some(tx) = session.and_then(|s| feeds.get(&s)) {
+                        let _ = tx.send(FeedItem::Ephemeral(json));
+                    }
+                }
+                LiveMessage::Reconnected => {
+                    for tx in feeds.values() {
+                        let _ = tx.send(FeedItem::Resync);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn subscribe(self: &Arc<Self>, sid: &SessionId) -> Subscription {
+        let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
+        let rx = match feeds.get(sid) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = broadcast::channel(FEED_CAPACITY);
+                feeds.insert(sid.clone(), tx);
+                rx
+            }
+        };
+        Subscription {
+            rx,
+            hub: Arc::downgrade(self),
+            sid: sid.clone(),
+        }
+    }
+
+    /// Sessions with local subscribers (for metrics and tests).
+    pub fn active_feeds(&self) -> usize {
+        self.feeds.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
