@@ -85,6 +85,10 @@ pub struct Settings {
         global = true
     )]
     pub sse_heartbeat_ms: u64,
+    /// Events buffered per session feed; an SSE subscriber further behind is disconnected
+    /// (it resumes with `Last-Event-ID`).
+    #[arg(long, env = "DSH_SSE_FEED_CAPACITY", default_value_t = crate::live::FEED_CAPACITY, global = true)]
+    pub sse_feed_capacity: usize,
     /// The plugin manifest (YAML); unset → the built-in one (plan-mode, commands, questions).
     #[arg(long, env = "DSH_CONFIG", global = true)]
     pub config: Option<String>,
@@ -109,6 +113,7 @@ impl Settings {
             workspace: None,
             config: None,
             trim_on_compact: true,
+            sse_feed_capacity: crate::live::FEED_CAPACITY,
             sse_heartbeat_ms: 15_000,
         }
     }

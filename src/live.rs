@@ -15,7 +15,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::domain::{Recorded, SessionId};
 use crate::store::{LiveBus, LiveMessage};
 
-/// Items buffered per session feed; a subscriber further behind than this is disconnected.
+/// Items buffered per session feed by default; a subscriber further behind is disconnected.
 pub const FEED_CAPACITY: usize = 1024;
 
 #[derive(Clone, Debug)]
@@ -27,9 +27,9 @@ pub enum FeedItem {
     Resync,
 }
 
-#[derive(Default)]
 pub struct Hub {
     feeds: Mutex<HashMap<SessionId, broadcast::Sender<FeedItem>>>,
+    capacity: usize,
 }
 
 /// A subscriber's handle on a session feed; the feed goes away with its last subscriber.
@@ -56,8 +56,11 @@ impl Drop for Subscription {
 
 impl Hub {
     /// Starts listening on `bus` and dispatching to local feeds.
-    pub fn start(bus: &dyn LiveBus) -> Arc<Self> {
-        let hub = Arc::new(Hub::default());
+    pub fn start(bus: &dyn LiveBus, capacity: usize) -> Arc<Self> {
+        let hub = Arc::new(Hub {
+            feeds: Mutex::default(),
+            capacity: capacity.max(1),
+        });
         let (tx, rx) = mpsc::unbounded_channel();
         bus.listen(tx);
         tokio::spawn(Self::dispatch(Arc::downgrade(&hub), rx));
@@ -96,7 +99,7 @@ impl Hub {
         let rx = match feeds.get(sid) {
             Some(tx) => tx.subscribe(),
             None => {
-                let (tx, rx) = broadcast::channel(FEED_CAPACITY);
+                let (tx, rx) = broadcast::channel(self.capacity);
                 feeds.insert(sid.clone(), tx);
                 rx
             }

@@ -114,7 +114,7 @@ impl Application {
             Timing::default(),
         );
         engine.start();
-        let hub = Hub::start(stores.live.as_ref());
+        let hub = Hub::start(stores.live.as_ref(), settings.sse_feed_capacity);
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
         let state = Arc::new(AppState {
             sessions: Sessions::new(stores.log),

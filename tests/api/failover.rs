@@ -121,3 +121,107 @@ async fn kill_9_of_the_replica_running_a_step_lets_another_finish_the_turn_witho
     let (ok, out) = verify(&redis, &sid);
     assert!(ok, "{out}");
 }
+
+#[tokio::test]
+async fn kill_9_of_a_replica_with_subscribers_attached_loses_them_nothing_after_reconnecting_elsewhere(
+) {
+    use crate::sse::{raw_ids, SseClient};
+    let redis = TestRedis::start().await;
+    let mut a = spawn_process(&redis, "a", 1).await;
+    let b = spawn_process(&redis, "b", 1).await;
+    let c = spawn_process(&redis, "c", 1).await;
+    let sid = b.app.create_session().await;
+    let url = |r: &Replica| r.app.url(&format!("/v1/sessions/{sid}/events"));
+    let mut subs = Vec::new();
+    for _ in 0..3 {
+        subs.push(SseClient::connect(&url(&a), None).await);
+    }
+    b.app.set_plan(&sid, "main", true).await.ok();
+    for s in subs.iter_mut() {
+        s.until("2-0", |f| {
+            f.id.as_deref() == Some("2-0") && f.event == "plan/mode"
+        })
+        .await;
+    }
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    for s in subs.iter_mut() {
+        s.drain().await; // the stream breaks with the replica
+    }
+    // Commits while the subscribers are away.
+    for active in [false, true] {
+        b.app.set_plan(&sid, "main", active).await.ok();
+    }
+    for s in subs.iter_mut() {
+        let last = s.last_id.clone();
+        let mut again = SseClient::connect(&url(&c), last.as_deref()).await;
+        let frames = again
+            .until("4-0", |f| {
+                f.id.as_deref() == Some("4-0") && f.event == "plan/mode"
+            })
+            .await;
+        assert_eq!(
+            raw_ids(&frames),
+            vec![3, 4],
+            "exactly the missing events, once each"
+        );
+        *s = again;
+    }
+    b.app.set_plan(&sid, "main", false).await.ok();
+    for s in subs.iter_mut() {
+        let frames = s
+            .until("5-0", |f| {
+                f.id.as_deref() == Some("5-0") && f.event == "plan/mode"
+            })
+            .await;
+        assert_eq!(raw_ids(&frames), vec![5]);
+    }
+}
+
+#[tokio::test]
+async fn after_every_replica_is_killed_a_new_one_reads_sessions_back_and_finishes_the_running_turn()
+{
+    let redis = TestRedis::start().await;
+    let mut a = spawn_process(&redis, "a", 300).await;
+    let sid = a.app.create_session().await;
+    a.app.set_plan(&sid, "main", true).await.ok();
+    let other = a.app.create_session().await;
+    let turn = a.app.prompt(&sid, "main", "keep going").await.body["turn"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    a.app
+        .await_event(&sid, "step/started", |e| e["type"] == "step/started")
+        .await;
+    let before = a.app.session(&other).await.ok();
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let d = spawn_process(&redis, "d", 1).await;
+    assert_eq!(
+        d.app.session(&other).await.ok(),
+        before,
+        "sessions read back identically"
+    );
+    let q = d.app.await_question(&sid).await;
+    assert_eq!(
+        q["intent"]["kind"], "plan-review",
+        "the adopted turn continued to its review"
+    );
+    d.app.dismiss(&sid, q["id"].as_str().unwrap()).await.ok();
+    let events = d.app.await_turn_end(&sid, &turn).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "assistant/message" && e["data"]["step"] == 1)
+            .count(),
+        1
+    );
+    let e = spawn_process(&redis, "e", 1).await;
+    assert_eq!(
+        e.app.session(&sid).await.ok(),
+        d.app.session(&sid).await.ok()
+    );
+    let (ok, out) = verify(&redis, &sid);
+    assert!(ok, "{out}");
+}
