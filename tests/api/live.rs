@@ -319,8 +319,9 @@ async fn compact_then_fork_then_resume_keeps_plan_state_and_trimmed_cursors_get_
 #[tokio::test]
 async fn a_slow_subscriber_is_cut_off_while_a_fast_one_keeps_getting_events() {
     let redis = TestRedis::start().await;
-    let a = spawn_replica(Some(&redis), "a").await;
-    let b = spawn_with(Some(&redis), "b", |s| s.sse_feed_capacity = 8).await;
+    // A slow model keeps one turn running, so every prompt below is a steer.
+    let a = spawn_with(Some(&redis), "a", |s| s.fixture_token_delay_ms = 5_000).await;
+    let b = spawn_with(Some(&redis), "b", |s| s.sse_feed_capacity = 32).await;
     let sid = a.create_session().await;
     // The slow client connects with a tiny receive window and never reads.
     let addr = b.address.trim_start_matches("http://").to_owned();
@@ -341,7 +342,7 @@ async fn a_slow_subscriber_is_cut_off_while_a_fast_one_keeps_getting_events() {
         .unwrap()
         .to_owned();
     let mut last = String::new();
-    for _ in 0..120 {
+    for _ in 0..400 {
         a.prompt(&sid, "main", &big).await.ok();
         last = a.session(&sid).await.ok()["last_event_id"]
             .as_str()
@@ -352,12 +353,27 @@ async fn a_slow_subscriber_is_cut_off_while_a_fast_one_keeps_getting_events() {
         f.id.as_deref() == Some(last.as_str()) && f.event == "user/message"
     })
     .await;
-    // The slow one was cut off: reading it now ends (EOF) before the head.
+    // The slow one was cut off: once it reads again, its response ends (the last chunk of a
+    // chunked body) before reaching the head.
     let mut received = Vec::new();
-    let read_all =
-        tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut received)).await;
-    assert!(read_all.is_ok(), "the server closed the slow stream");
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 65536];
+        loop {
+            let n = slow.read(&mut buf).await.unwrap();
+            received.extend_from_slice(&buf[..n]);
+            if n == 0 || received.ends_with(b"0\r\n\r\n") {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the server ended the slow stream ({} bytes read)",
+        received.len()
+    );
     let text = String::from_utf8_lossy(&received);
+    assert!(text.contains("id: 2-0\n"), "it got the first events");
     assert!(
         !text.contains(&format!("id: {last}\n")),
         "the slow subscriber did not get everything"
