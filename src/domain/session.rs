@@ -442,9 +442,12 @@ impl SessionState {
             Some(open) if turn.is_none_or(|t| t == open) => {
                 // Every open tool call gets its (failed) result first, so the history stays
                 // well-formed for the next request; an open review fails closed.
+                let mut seen = std::collections::HashSet::new();
                 let mut events: Vec<NewEvent> = a
                     .open_calls
                     .iter()
+                    // One result closes every call with its id (see the fold).
+                    .filter(|call| seen.insert(call.id.clone()))
                     .map(|call| {
                         let (ok, result) = super::plan::review::aborted(call, reason);
                         let r = ToolResult {

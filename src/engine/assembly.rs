@@ -175,23 +175,51 @@ impl ModelRequest {
     }
 }
 
-/// The agent's recorded user, assistant and tool messages with seq below `before`.
+/// The agent's provider history before seq `before`: the latest snapshot's history for it (a
+/// fork's copy or a compaction summary), then its recorded user, assistant and tool messages.
+///
+/// A user message recorded while a step was in flight or its tool calls were unanswered (a
+/// steer, or a message sent during a review) is placed after that step's answer and results:
+/// that is when the model reads it, and a request must not interleave a user message between
+/// tool calls and their results.
 pub fn history(events: &[Recorded], agent: &AgentId, before: u64) -> Vec<Value> {
     let mut out = Vec::new();
-    for e in events
-        .iter()
-        .take_while(|e| e.seq() < before)
-        .filter(|e| &e.agent == agent)
-    {
+    let mut deferred: Vec<Value> = Vec::new();
+    let mut in_step = false;
+    let mut open_calls: Vec<String> = Vec::new();
+    for e in events.iter().take_while(|e| e.seq() < before) {
+        if let Some(snapshot) = e.kind.snapshot() {
+            out = snapshot
+                .iter()
+                .find(|a| &a.id == agent)
+                .map(|a| a.history.clone())
+                .unwrap_or_default();
+            (deferred, in_step, open_calls) = (Vec::new(), false, Vec::new());
+            continue;
+        }
+        if &e.agent != agent {
+            continue;
+        }
         match &e.kind {
+            EventKind::StepStarted(_) => in_step = true,
+            EventKind::TurnEnded(_) => {
+                in_step = false;
+                out.append(&mut deferred);
+            }
             EventKind::UserMessage(m) => {
                 let content = match m.source.as_deref() {
                     Some(src) if src == NOTIFICATION_SOURCE => format!("[{src}] {}", m.text),
                     _ => m.text.clone(),
                 };
-                out.push(json!({"role": "user", "content": content}));
+                let msg = json!({"role": "user", "content": content});
+                if in_step || !open_calls.is_empty() {
+                    deferred.push(msg);
+                } else {
+                    out.push(msg);
+                }
             }
             EventKind::AssistantMessage(m) => {
+                in_step = false;
                 let mut msg = json!({"role": "assistant", "content": m.text});
                 if !m.tool_calls.is_empty() {
                     msg["tool_calls"] = m
@@ -201,6 +229,10 @@ pub fn history(events: &[Recorded], agent: &AgentId, before: u64) -> Vec<Value> 
                         .collect();
                 }
                 out.push(msg);
+                open_calls = m.tool_calls.iter().map(|c| c.id.clone()).collect();
+                if open_calls.is_empty() {
+                    out.append(&mut deferred);
+                }
             }
             EventKind::ToolResult(r) => {
                 let content = if r.ok {
@@ -209,10 +241,15 @@ pub fn history(events: &[Recorded], agent: &AgentId, before: u64) -> Vec<Value> 
                     json!({ "error": r.result })
                 };
                 out.push(json!({"role": "tool", "tool_call_id": r.call_id, "content": content.to_string()}));
+                open_calls.retain(|id| id != &r.call_id);
+                if open_calls.is_empty() {
+                    out.append(&mut deferred);
+                }
             }
             _ => {}
         }
     }
+    out.append(&mut deferred);
     out
 }
 
@@ -260,6 +297,108 @@ mod tests {
             "bytes before order 50 are identical"
         );
         assert!(on.ends_with("WORKSPACE") && off.ends_with("WORKSPACE"));
+    }
+
+    fn rec(seq: u64, kind: EventKind) -> Recorded {
+        Recorded {
+            id: crate::domain::EventId(seq),
+            agent: AgentId::root(),
+            kind,
+            committed_at: 0,
+            v: 1,
+        }
+    }
+
+    fn user(text: &str) -> EventKind {
+        EventKind::UserMessage(crate::domain::event::UserMessage {
+            text: text.into(),
+            source: None,
+            steer: false,
+        })
+    }
+
+    #[test]
+    fn history_starts_from_the_latest_snapshot() {
+        use crate::domain::event::{AgentSnapshot, SessionCompacted};
+        let snapshot = EventKind::SessionCompacted(SessionCompacted {
+            summary: "s".into(),
+            created_at: 0,
+            parent: None,
+            agents: vec![AgentSnapshot {
+                id: AgentId::root(),
+                owner: None,
+                active: false,
+                pending: None,
+                last_header_plan: None,
+                history: vec![json!({"role": "user", "content": "[summary] earlier"})],
+            }],
+        });
+        let events = vec![rec(1, user("old")), rec(2, snapshot), rec(3, user("new"))];
+        let h = history(&events, &AgentId::root(), u64::MAX);
+        assert_eq!(
+            h,
+            vec![
+                json!({"role": "user", "content": "[summary] earlier"}),
+                json!({"role": "user", "content": "new"})
+            ]
+        );
+    }
+
+    #[test]
+    fn a_message_sent_during_a_step_or_review_follows_its_answer_and_results() {
+        use crate::domain::event::{
+            AssistantMessage, PlanMode, StepHeader, StepStarted, ToolCall, ToolResult,
+        };
+        let header = StepHeader {
+            plan: PlanMode { active: true },
+            sections: vec![],
+            tools_hash: String::new(),
+            assembly_hash: String::new(),
+            replica: String::new(),
+        };
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "exit_plan_mode".into(),
+            arguments: "{}".into(),
+        };
+        let events = vec![
+            rec(1, user("plan it")),
+            rec(
+                2,
+                EventKind::StepStarted(StepStarted {
+                    turn: "t".into(),
+                    step: 1,
+                    header,
+                    system: String::new(),
+                }),
+            ),
+            rec(3, user("during the step")),
+            rec(
+                4,
+                EventKind::AssistantMessage(AssistantMessage {
+                    turn: "t".into(),
+                    step: 1,
+                    text: "plan".into(),
+                    tool_calls: vec![call],
+                }),
+            ),
+            rec(5, user("during the review")),
+            rec(
+                6,
+                EventKind::ToolResult(ToolResult {
+                    turn: "t".into(),
+                    call_id: "c1".into(),
+                    name: "exit_plan_mode".into(),
+                    ok: true,
+                    result: json!({"approved": true}),
+                }),
+            ),
+        ];
+        let roles: Vec<String> = history(&events, &AgentId::root(), u64::MAX)
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "user", "user"]);
     }
 
     #[test]

@@ -264,16 +264,51 @@ impl Engine {
             .ok()
             .and_then(|d| opened(&d.value))
             .is_some_and(|p| !p.steered && p.turn == t.turn);
-        if started {
-            self.spawn_turn(t);
-        } else {
-            self.leases.release(&t.member(), &self.owner).await?;
+        match &decided {
+            _ if started => self.spawn_turn(t),
+            // An outage may have hidden a commit: keep the lease, so if a turn did open, the
+            // sweeper adopts it when the lease expires (and releases it if none did).
+            Err(ServiceError::Store(_)) => {}
+            _ => self.leases.release(&t.member(), &self.owner).await?,
         }
         decided
     }
 
-    /// Continues `agent`'s open turn here, if no replica holds it (after an answer).
-    pub async fn resume(
+    /// Closes a question (answer or dismiss) and continues its waiting turn here. The turn's
+    /// lease is taken before the commit, so a crash in between leaves an expiring lease that
+    /// another replica adopts, never a waiting turn nobody resumes.
+    pub async fn close_question(
+        self: &Arc<Self>,
+        sessions: &Sessions,
+        sid: &SessionId,
+        qid: &str,
+        decide: impl Fn(&SessionState) -> Result<(AgentId, Vec<NewEvent>), crate::domain::DomainError>,
+    ) -> Result<crate::service::Decided<AgentId>, ServiceError> {
+        let state = sessions.state(sid).await?;
+        let turn = state.questions.get(qid).map(|q| TurnRef {
+            sid: sid.clone(),
+            agent: q.agent.clone(),
+            turn: q.asked.turn.clone(),
+        });
+        let ttl = self.timing.lease_ttl.as_millis() as u64;
+        let mut leased = None;
+        if let Some(t) = turn {
+            // Held elsewhere: that runner is leaving and re-checks the log after it lets go.
+            if self.leases.acquire(&t.member(), &self.owner, ttl).await? {
+                leased = Some(t);
+            }
+        }
+        let decided = sessions.decide(sid, decide).await;
+        match (&decided, leased) {
+            (Ok(_), Some(t)) => self.spawn_turn(t),
+            (Err(ServiceError::Store(_)), _) | (_, None) => {}
+            (Err(_), Some(t)) => self.leases.release(&t.member(), &self.owner).await?,
+        }
+        decided
+    }
+
+    /// Continues `agent`'s open turn here, if no replica holds it.
+    async fn resume(
         self: &Arc<Self>,
         state: &SessionState,
         sid: &SessionId,
@@ -387,11 +422,18 @@ impl Engine {
         self.runtime.clone().spawn(async move {
             let ttl = self.timing.lease_ttl.as_millis() as u64;
             let mut tick = tokio::time::interval(self.timing.renew_every);
+            let mut renewed = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 match self.leases.renew(&member, &self.owner, ttl).await {
-                    Ok(true) => {}
+                    Ok(true) => renewed = tokio::time::Instant::now(),
                     Ok(false) => {
+                        lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                        return;
+                    }
+                    // Unrenewed past its ttl, the lease may be someone else's by now.
+                    Err(e) if renewed.elapsed() >= self.timing.lease_ttl => {
+                        tracing::warn!(error = %e, "lease renewal failed past its ttl; stopping");
                         lost.store(true, std::sync::atomic::Ordering::SeqCst);
                         return;
                     }
@@ -490,55 +532,50 @@ impl Engine {
         calls: Vec<ToolCall>,
     ) -> Result<Option<Exit>, TurnStop> {
         for call in calls {
-            let step = if call.name == EXIT_TOOL && !self.tools_is_empty() {
-                review(&tx.state, &t.agent, &t.turn, &call, self.questions)
-            } else {
-                let (ok, result) = tools::unknown(&call);
-                ReviewStep::Done {
-                    ok,
-                    result,
-                    then: vec![],
+            // Decided afresh on every attempt of the append, so what is committed (a question
+            // id, a queued exit) always fits the log it lands on.
+            let decide = |tx: &Transcript| -> Option<(ReviewStep, Vec<NewEvent>)> {
+                let agent = tx.state.agents.get(&t.agent)?;
+                let open = agent.open_calls.iter().any(|c| c.id == call.id);
+                if !open || agent.turn.as_deref() != Some(t.turn.as_str()) {
+                    return None;
                 }
-            };
-            let events = match step {
-                ReviewStep::Wait => return Ok(Some(Exit::Waiting)),
-                ReviewStep::Ask(q) => vec![NewEvent::new(&t.agent, EventKind::QuestionAsked(q))],
-                ReviewStep::Done { ok, result, then } => {
-                    let r = ToolResult {
-                        turn: t.turn.clone(),
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
+                let step = if call.name == EXIT_TOOL && !self.tools_is_empty() {
+                    review(&tx.state, &t.agent, &t.turn, &call, self.questions)
+                } else {
+                    let (ok, result) = tools::unknown(&call);
+                    ReviewStep::Done {
                         ok,
                         result,
-                    };
-                    let mut events = vec![NewEvent::new(&t.agent, EventKind::ToolResult(r))];
-                    events.extend(then.into_iter().map(|k| NewEvent::new(&t.agent, k)));
-                    events
-                }
+                        then: vec![],
+                    }
+                };
+                let events = match &step {
+                    ReviewStep::Wait => vec![],
+                    ReviewStep::Ask(q) => {
+                        vec![NewEvent::new(&t.agent, EventKind::QuestionAsked(q.clone()))]
+                    }
+                    ReviewStep::Done { ok, result, then } => {
+                        let r = ToolResult {
+                            turn: t.turn.clone(),
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            ok: *ok,
+                            result: result.clone(),
+                        };
+                        let mut events = vec![NewEvent::new(&t.agent, EventKind::ToolResult(r))];
+                        events.extend(then.iter().cloned().map(|k| NewEvent::new(&t.agent, k)));
+                        events
+                    }
+                };
+                Some((step, events))
             };
-            let asks = matches!(events[0].kind, EventKind::QuestionAsked(_));
-            // Commit only if the call is still open and (for a question) not yet asked.
-            let committed = tx
-                .commit(|tx| {
-                    let open = tx.state.agents[&t.agent]
-                        .open_calls
-                        .iter()
-                        .any(|c| c.id == call.id);
-                    let asked = tx
-                        .state
-                        .questions
-                        .values()
-                        .any(|q| q.asked.turn == t.turn && q.asked.call_id == call.id);
-                    (open
-                        && !(asks && asked)
-                        && tx.state.agents[&t.agent].turn.as_deref() == Some(t.turn.as_str()))
-                    .then(|| ((), events.clone()))
-                })
-                .await?;
-            if asks || committed.is_none() {
-                // Re-read what comes next from the log (the question now waits, or someone
-                // else moved the turn on).
-                return Ok(None);
+            match tx.commit(decide).await? {
+                Some((ReviewStep::Wait, _)) => return Ok(Some(Exit::Waiting)),
+                Some((ReviewStep::Done { .. }, _)) => {}
+                // A question was asked (the next read finds it waiting), or someone else moved
+                // the turn on: re-read what comes next from the log.
+                Some((ReviewStep::Ask(_), _)) | None => return Ok(None),
             }
         }
         Ok(None)
@@ -642,7 +679,7 @@ impl Engine {
                     turn: t.turn.clone(),
                     step,
                     text,
-                    tool_calls,
+                    tool_calls: unique_call_ids(tool_calls, &t.turn, step),
                 };
                 tx.commit(|tx| {
                     mine(tx).then(|| {
@@ -674,6 +711,23 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Tool-call ids as recorded: unique within the answer and never empty (some compatible
+/// servers omit them), so every result names exactly one call.
+fn unique_call_ids(calls: Vec<ToolCall>, turn: &str, step: u32) -> Vec<ToolCall> {
+    let mut seen = HashSet::new();
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            if c.id.is_empty() || !seen.insert(c.id.clone()) {
+                c.id = format!("call-{}-{step}-{i}", turn.trim_start_matches("turn-"));
+                seen.insert(c.id.clone());
+            }
+            c
+        })
+        .collect()
 }
 
 /// A turn runner's own copy of one session log and its fold, caught up on demand.

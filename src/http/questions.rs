@@ -91,14 +91,8 @@ fn question_ids(path: &(String, String)) -> Result<(SessionId, String), ApiError
     Ok((sid, qid.clone()))
 }
 
-async fn closed(
-    state: &State,
-    sid: &SessionId,
-    qid: &str,
-    done: Decided<AgentId>,
-) -> Result<web::Json<QuestionView>, ApiError> {
-    // The waiting turn holds no replica: continue it here.
-    state.engine.resume(&done.state, sid, &done.value).await?;
+/// The question as the close left it.
+fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, ApiError> {
     let question = done.state.questions.get(qid).map(|q| q.view());
     question.map(web::Json).ok_or_else(|| {
         ApiError::new(
@@ -129,11 +123,13 @@ pub async fn answer(
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
     let AnswerBody { label, text } = body.into_inner();
+    let decide =
+        |s: &crate::domain::SessionState| s.decide_answer(&qid, label.clone(), text.clone());
     let done = state
-        .sessions
-        .decide(&sid, |s| s.decide_answer(&qid, label.clone(), text.clone()))
+        .engine
+        .close_question(&state.sessions, &sid, &qid, decide)
         .await?;
-    closed(&state, &sid, &qid, done).await
+    closed(&qid, done)
 }
 
 /// Dismiss an open question (the user closes it to talk instead). The waiting tool call fails
@@ -154,9 +150,10 @@ pub async fn dismiss(
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
+    let decide = |s: &crate::domain::SessionState| s.decide_dismiss(&qid);
     let done = state
-        .sessions
-        .decide(&sid, |s| s.decide_dismiss(&qid))
+        .engine
+        .close_question(&state.sessions, &sid, &qid, decide)
         .await?;
-    closed(&state, &sid, &qid, done).await
+    closed(&qid, done)
 }

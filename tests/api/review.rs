@@ -279,3 +279,40 @@ async fn plan_while_running_is_queued_and_plan_off_cancels_the_pending_entry() {
     let (ok, out) = verify(&redis, &sid);
     assert!(ok, "{out}");
 }
+
+#[tokio::test]
+async fn two_agents_reviewing_at_once_get_distinct_questions_and_a_valid_log() {
+    let redis = TestRedis::start().await;
+    let a = spawn_replica(Some(&redis), "a").await;
+    let b = spawn_replica(Some(&redis), "b").await;
+    for _ in 0..5 {
+        let sid = a.create_session().await;
+        let other = a
+            .post_json(&format!("/v1/sessions/{sid}/agents"), json!({}))
+            .await
+            .ok()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        a.set_plan(&sid, "main", true).await.ok();
+        a.set_plan(&sid, &other, true).await.ok();
+        let (x, y) = tokio::join!(
+            a.prompt(&sid, "main", "plan one"),
+            b.prompt(&sid, &other, "plan two")
+        );
+        x.ok();
+        y.ok();
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let questions = loop {
+            let open = a.get(&format!("/v1/sessions/{sid}/questions")).await.ok();
+            if open["questions"].as_array().unwrap().len() == 2 {
+                break open["questions"].clone();
+            }
+            assert!(std::time::Instant::now() < deadline, "both reviews open");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_ne!(questions[0]["id"], questions[1]["id"]);
+        let (ok, out) = verify(&redis, &sid);
+        assert!(ok, "{out}");
+    }
+}

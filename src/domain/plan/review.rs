@@ -48,15 +48,6 @@ pub fn review(
     call: &ToolCall,
     questions: bool,
 ) -> ReviewStep {
-    let plan = serde_json::from_str::<Value>(&call.arguments)
-        .ok()
-        .and_then(|v| v["plan"].as_str().map(str::to_owned));
-    let Some(plan) = plan else {
-        return failed(
-            "invalid-arguments",
-            format!("`{EXIT_TOOL}` takes {{\"plan\": string}} with the complete plan in Markdown."),
-        );
-    };
     let Some(a) = state.agents.get(agent) else {
         return failed("unavailable", UNAVAILABLE.into());
     };
@@ -66,6 +57,15 @@ pub fn review(
             "Plan mode is not active, so there is nothing to exit. Carry on with the task.".into(),
         );
     }
+    let plan = serde_json::from_str::<Value>(&call.arguments)
+        .ok()
+        .and_then(|v| v["plan"].as_str().map(str::to_owned));
+    let Some(plan) = plan else {
+        return failed(
+            "invalid-arguments",
+            format!("`{EXIT_TOOL}` takes {{\"plan\": string}} with the complete plan in Markdown."),
+        );
+    };
     if a.owner.is_some() {
         return failed(
             "child",
