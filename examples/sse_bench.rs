@@ -1,0 +1,186 @@
+//! SSE fan-out benchmark: N subscribers on one replica, commits made on another (or the same)
+//! replica, commit-to-delivery latency and server memory per idle subscriber.
+//!
+//! Run by `k6/bench-sse.sh`, which starts Redis and the replicas on loopback. Arguments:
+//! `<subscribe_url> <commit_url> <server_pid> <subscribers> <commits>`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse()
+                    .unwrap_or(0)
+            })
+        })
+        .unwrap_or(0)
+}
+
+fn host_port(url: &str) -> String {
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+type Deliveries = Arc<Mutex<HashMap<u64, Vec<Instant>>>>;
+
+async fn subscriber(
+    addr: String,
+    sid: String,
+    after: u64,
+    ready: tokio::sync::mpsc::Sender<()>,
+    seen: Deliveries,
+) {
+    let Ok(mut conn) = TcpStream::connect(&addr).await else {
+        return;
+    };
+    let req = format!("GET /v1/sessions/{sid}/events?after={after}-0&types=plan/mode HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    if conn.write_all(req.as_bytes()).await.is_err() {
+        return;
+    }
+    let mut buf = vec![0u8; 8192];
+    let mut pending = String::new();
+    let mut announced = false;
+    loop {
+        let n = match conn.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let now = Instant::now();
+        if !announced {
+            announced = true;
+            let _ = ready.send(()).await;
+        }
+        pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+        while let Some(pos) = pending.find("\nid: ") {
+            let rest = &pending[pos + 5..];
+            let Some(end) = rest.find('\n') else { break };
+            if let Some(seq) = rest[..end]
+                .trim()
+                .strip_suffix("-0")
+                .and_then(|s| s.parse::<u64>().ok())
+            {
+                seen.lock().unwrap().entry(seq).or_default().push(now);
+            }
+            pending = rest[end..].to_owned();
+        }
+        if pending.len() > 65536 {
+            pending.clear();
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (sub_url, commit_url) = (args[1].clone(), args[2].clone());
+    let pid: u32 = args[3].parse().unwrap();
+    let n: usize = args[4].parse().unwrap();
+    let commits: usize = args[5].parse().unwrap();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+
+    let created: serde_json::Value = http
+        .post(format!("{commit_url}/v1/sessions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sid = created["id"].as_str().unwrap().to_owned();
+    let rss_before = rss_kb(pid);
+
+    let seen: Deliveries = Arc::default();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(n.max(1));
+    let addr = host_port(&sub_url);
+    for i in 0..n {
+        tokio::spawn(subscriber(
+            addr.clone(),
+            sid.clone(),
+            1,
+            ready_tx.clone(),
+            seen.clone(),
+        ));
+        if i % 200 == 199 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    drop(ready_tx);
+    let mut connected = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while connected < n && Instant::now() < deadline {
+        if tokio::time::timeout(Duration::from_secs(5), ready_rx.recv())
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+        {
+            connected += 1;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_idle = rss_kb(pid);
+
+    let mut sent: HashMap<u64, Instant> = HashMap::new();
+    for i in 0..commits {
+        let t0 = Instant::now();
+        let res: serde_json::Value = http
+            .put(format!("{commit_url}/v1/sessions/{sid}/agents/main/plan"))
+            .json(&serde_json::json!({ "active": i % 2 == 0 }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let seq: u64 = res["last_event_id"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches("-0")
+            .parse()
+            .unwrap();
+        sent.insert(seq, t0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let seen = seen.lock().unwrap();
+    let mut lat: Vec<f64> = Vec::new();
+    let mut missing = 0usize;
+    for (seq, t0) in &sent {
+        let got = seen.get(seq).map(Vec::as_slice).unwrap_or(&[]);
+        missing += connected.saturating_sub(got.len());
+        lat.extend(
+            got.iter()
+                .map(|t| t.duration_since(*t0).as_secs_f64() * 1000.0),
+        );
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "subscribers {connected}/{n}  commits {commits}  deliveries {}  missing {missing}\n  commit-to-delivery ms: p50 {:.2}  p99 {:.2}  max {:.2}\n  server RSS: {} KB before, {} KB with {connected} idle subscribers -> {:.1} KB per subscriber",
+        lat.len(),
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat.last().copied().unwrap_or(f64::NAN),
+        rss_before,
+        rss_idle,
+        (rss_idle.saturating_sub(rss_before)) as f64 / connected.max(1) as f64
+    );
+}
