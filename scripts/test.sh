@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs what the tests need when it is missing:
-# redis-server (the harness starts its own on a free port per test; set REDIS_URL to use
-# an existing server instead, with per-test key prefixes).
+# - redis-server (the Rust harness starts its own on a free port per test; set REDIS_URL to
+#   use an existing server instead, with per-test key prefixes);
+# - Debian's chromium and npm's playwright-core, for the browser tests of the web client.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=
+apt_install() {
+  [ -n "$apt_updated" ] || { as_root apt-get update -qq; apt_updated=1; }
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "== installing redis-server"
-  as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-server >/dev/null
-fi
+command -v redis-server >/dev/null 2>&1 || { echo "== installing redis-server"; apt_install redis-server; }
 
 echo "== cargo test (unit, property and integration tests)"
-cargo test --locked --all-targets "$@"
+cargo test --locked --all-targets
+
+echo "== browser tests (headless Chromium)"
+[ -x "${CHROMIUM:-/usr/bin/chromium}" ] || { echo "== installing chromium"; apt_install chromium; }
+command -v node >/dev/null 2>&1 || { echo "== installing nodejs"; apt_install nodejs npm; }
+(cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+cargo build --locked --bin dsh-plan
+(cd tests/browser && npm test)

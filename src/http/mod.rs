@@ -21,6 +21,7 @@ mod questions;
 mod sessions;
 mod system;
 mod turns;
+mod client;
 
 pub use error::{ApiError, Code, Problem};
 
@@ -157,6 +158,7 @@ pub fn configure(app_state: web::Data<AppState>) -> impl FnOnce(&mut web::Servic
             .app_data(error::payload_config())
             .app_data(error::query_config())
             .configure(|c| routes(&mut ServiceConfig::new(c)))
+            .configure(client::configure)
             .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", spec))
             .route(
                 "/docs",

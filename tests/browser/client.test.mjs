@@ -1,0 +1,137 @@
+// The reference client in headless Chromium: the seed 002 flows, end to end against a real
+// server on Redis. Screenshots of each state go to test-artifacts/browser/.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { startStack, launchBrowser, shot } from "./harness.mjs";
+
+let stack;
+let browser;
+let page;
+
+before(async () => {
+  stack = await startStack();
+  ({ browser, page } = await launchBrowser());
+});
+after(async () => {
+  await browser?.close();
+  stack?.stop();
+});
+
+const chip = () => page.locator("#plan-chip");
+async function newSession() {
+  await page.goto(stack.base + "/");
+  await page.click("#new-session");
+  await page.waitForFunction(() => location.hash.length > 1);
+  await chip().waitFor({ state: "visible" });
+}
+async function send(text) {
+  await page.fill("#input", text);
+  await page.click("#send");
+}
+async function expectChip(text) {
+  await page.waitForFunction((want) => document.getElementById("plan-chip").textContent === want, text, { timeout: 15000 });
+}
+
+test("flow 1: a choice made while generating stays pending through Stop and commits at the next prompt", async () => {
+  await newSession();
+  await expectChip("Default");
+  await page.selectOption("#plan-select", "plan");
+  await expectChip("Plan");
+  assert.equal(await page.locator("#plan-desc").textContent(), "Plan mode is on.");
+  await shot(page, "flow1-plan-selected");
+
+  await send("refactor the session store");
+  await page.locator("#stop").waitFor({ state: "visible" });
+  // The control stays usable while the turn generates.
+  assert.equal(await page.locator("#plan-select").isDisabled(), false);
+  await page.selectOption("#plan-select", "default");
+  await expectChip("Default · pending");
+  assert.match(await page.locator("#plan-desc").textContent(), /Switching to Default at the next step/);
+  await shot(page, "flow1-default-pending");
+
+  await page.click("#stop");
+  await page.locator("#stop").waitFor({ state: "hidden" });
+  await expectChip("Default · pending");
+  await shot(page, "flow1-stopped-still-pending");
+
+  await send("go ahead");
+  await expectChip("Default");
+  await page.locator(".msg.assistant", { hasText: "Done: go ahead" }).waitFor();
+  assert.equal(await page.locator("#plan-desc").textContent(), "Plan mode is off.");
+  await shot(page, "flow1-default-committed");
+});
+
+test("flow 2: /plan, Keep planning with feedback, a revised plan, Approve, plan mode off", async () => {
+  await newSession();
+  await page.fill("#input", "/pl");
+  await page.locator("#suggestions li", { hasText: "/plan" }).click();
+  assert.equal(await page.inputValue("#input"), "/plan ");
+  await page.fill("#input", "/plan fix the login bug <img src=x onerror=window.hacked=1> [x](javascript:alert(1))");
+  await page.click("#send");
+
+  const card = page.locator("#review");
+  await card.waitFor({ state: "visible", timeout: 20000 });
+  assert.equal(await page.locator("#composer").isHidden(), true, "the card replaces the input bar");
+  assert.equal(await page.locator("#review-title").textContent(), "Review the plan");
+  await page.locator("#review-plan blockquote", { hasText: "fix the login bug" }).waitFor();
+  // Untrusted Markdown: no raw HTML, no script URLs.
+  assert.equal(await page.locator("#review-plan img").count(), 0);
+  assert.equal(await page.locator("#review-plan a").count(), 0);
+  assert.equal(await page.evaluate(() => window.hacked), undefined);
+  await expectChip("Plan");
+  await shot(page, "flow2-review");
+
+  await page.fill("#review-text", "Also cover SSO logins.");
+  await page.click("#review-keep");
+  await page.locator("#review-plan blockquote", { hasText: "Also cover SSO logins." }).waitFor({ timeout: 20000 });
+  await shot(page, "flow2-revised");
+
+  await page.click("#review-approve");
+  await card.waitFor({ state: "hidden" });
+  await expectChip("Default");
+  await page.locator(".msg.assistant", { hasText: "Plan approved. Starting work." }).waitFor({ timeout: 20000 });
+  await shot(page, "flow2-approved");
+});
+
+test("flow 3: a failing plan request shows an error and keeps the confirmed state", async () => {
+  await newSession();
+  await expectChip("Default");
+  await page.route("**/agents/main/plan", (route) =>
+    route.request().method() === "PUT"
+      ? route.fulfill({ status: 500, contentType: "application/problem+json", body: JSON.stringify({ type: "urn:dsh-plan:problem:internal", title: "Internal Server Error", status: 500, detail: "boom", code: "internal" }) })
+      : route.continue(),
+  );
+  await page.selectOption("#plan-select", "plan");
+  await page.locator("#plan-error").waitFor({ state: "visible" });
+  assert.equal(await page.locator("#plan-error").textContent(), "Could not change the mode. Try again.");
+  await expectChip("Default");
+  assert.equal(await page.inputValue("#plan-select"), "default");
+  assert.equal(await page.locator("#plan-select").isDisabled(), false, "re-enabled after the failure");
+  await shot(page, "flow3-error");
+  await page.unroute("**/agents/main/plan");
+  await page.selectOption("#plan-select", "plan");
+  await expectChip("Plan");
+  assert.equal(await page.locator("#plan-error").isHidden(), true);
+});
+
+test("the Chinese UI labels the control and its pending state", async () => {
+  const zh = await launchBrowser("zh-CN");
+  try {
+    const p = zh.page;
+    await p.goto(stack.base + "/");
+    await p.click("#new-session");
+    await p.waitForFunction(() => document.getElementById("plan-chip").textContent === "默认");
+    assert.equal(await p.locator("#send").textContent(), "发送");
+    await p.selectOption("#plan-select", "plan");
+    await p.waitForFunction(() => document.getElementById("plan-chip").textContent === "计划");
+    await p.fill("#input", "你好");
+    await p.click("#send");
+    await p.locator("#stop").waitFor({ state: "visible" });
+    await p.selectOption("#plan-select", "default");
+    await p.waitForFunction(() => document.getElementById("plan-chip").textContent === "默认 · 待生效");
+    await p.screenshot({ path: "../../test-artifacts/browser/zh-pending.png" });
+    await p.click("#stop");
+  } finally {
+    await zh.browser.close();
+  }
+});
