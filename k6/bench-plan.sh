@@ -14,19 +14,10 @@ STORE=${STORE:-redis}
 SESSIONS_N=${SESSIONS_N:-256}
 BIG=${BIG:-100000}
 
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
-command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+. k6/common.sh
+need wrk wrk
 cargo build --release -q
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
-pids+=($!)
-until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do sleep 0.05; done
+start_redis
 
 HPORT=$(free_port)
 BASE=http://127.0.0.1:$HPORT

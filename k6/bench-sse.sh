@@ -10,18 +10,9 @@ cd "$(dirname "$0")/.."
 SUBSCRIBERS=${SUBSCRIBERS:-"1000 5000"}
 COMMITS=${COMMITS:-40}
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+. k6/common.sh
 cargo build --release -q --bin dsh-plan --example sse_bench
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
-pids+=($!)
-until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do sleep 0.05; done
+start_redis
 export REDIS_URL=redis://127.0.0.1:$RPORT RUST_LOG=warn
 
 start() { # id port -> pid

@@ -1,0 +1,21 @@
+# Shared by the benchmark scripts: free ports, a private redis-server, cleanup on exit.
+# Sourced, not run. Everything listens on 127.0.0.1 only.
+
+need() { # command debian-package
+  command -v "$1" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# Starts a throwaway redis-server; sets RPORT.
+start_redis() {
+  need redis-server redis-server
+  RPORT=$(free_port)
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
+  pids+=($!)
+  until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do sleep 0.05; done
+}
