@@ -3,11 +3,31 @@
 use actix_web::{web, HttpResponse};
 
 const FILES: &[(&str, &str, &str)] = &[
-    ("/", "text/html; charset=utf-8", include_str!("../../web/index.html")),
-    ("/app.js", "text/javascript; charset=utf-8", include_str!("../../web/app.js")),
-    ("/markdown.js", "text/javascript; charset=utf-8", include_str!("../../web/markdown.js")),
-    ("/i18n.js", "text/javascript; charset=utf-8", include_str!("../../web/i18n.js")),
-    ("/style.css", "text/css; charset=utf-8", include_str!("../../web/style.css")),
+    (
+        "/",
+        "text/html; charset=utf-8",
+        include_str!("../../web/index.html"),
+    ),
+    (
+        "/app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/app.js"),
+    ),
+    (
+        "/markdown.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/markdown.js"),
+    ),
+    (
+        "/i18n.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/i18n.js"),
+    ),
+    (
+        "/style.css",
+        "text/css; charset=utf-8",
+        include_str!("../../web/style.css"),
+    ),
 ];
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

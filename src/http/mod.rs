@@ -13,6 +13,7 @@ use crate::engine::Engine;
 use crate::live::Hub;
 use crate::service::Sessions;
 
+mod client;
 mod commands;
 pub mod error;
 mod events;
@@ -21,7 +22,6 @@ mod questions;
 mod sessions;
 mod system;
 mod turns;
-mod client;
 
 pub use error::{ApiError, Code, Problem};
 
