@@ -111,6 +111,12 @@ impl Hub {
         }
     }
 
+    /// SSE subscribers on this replica.
+    pub fn subscribers(&self) -> usize {
+        let feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
+        feeds.values().map(|tx| tx.receiver_count()).sum()
+    }
+
     /// Sessions with local subscribers (for metrics and tests).
     pub fn active_feeds(&self) -> usize {
         self.feeds.lock().unwrap_or_else(|p| p.into_inner()).len()

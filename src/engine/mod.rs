@@ -169,6 +169,11 @@ impl Engine {
         })
     }
 
+    /// Turns this replica is running now.
+    pub fn running_turns(&self) -> usize {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     pub fn provider_name(&self) -> &'static str {
         self.provider.name()
     }

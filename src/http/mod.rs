@@ -121,6 +121,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(turns::post_message)
         .service(turns::cancel)
         .service(system::tools)
+        .service(system::metrics)
         .service(commands::list_commands)
         .service(commands::run_command)
         .service(questions::list_questions)

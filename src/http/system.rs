@@ -108,3 +108,33 @@ pub async fn readyz(state: State) -> Result<Json<Health>, ApiError> {
         .map_err(crate::service::ServiceError::Store)?;
     Ok(Json(Health { status: "ready" }))
 }
+
+/// Prometheus metrics of this replica (text exposition format).
+#[utoipa::path(tag = "system", responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
+#[get("/metrics")]
+pub async fn metrics(state: State) -> actix_web::HttpResponse {
+    let body = format!(
+        "# HELP dsh_sse_subscribers SSE subscribers connected to this replica.\n\
+         # TYPE dsh_sse_subscribers gauge\n\
+         dsh_sse_subscribers {}\n\
+         # HELP dsh_sse_sessions Sessions with SSE subscribers on this replica.\n\
+         # TYPE dsh_sse_sessions gauge\n\
+         dsh_sse_sessions {}\n\
+         # HELP dsh_turns_running Turns this replica is running.\n\
+         # TYPE dsh_turns_running gauge\n\
+         dsh_turns_running {}\n\
+         # HELP dsh_build_info Build and composition.\n\
+         # TYPE dsh_build_info gauge\n\
+         dsh_build_info{{version=\"{}\",store=\"{}\",provider=\"{}\",replica=\"{}\"}} 1\n",
+        state.hub.subscribers(),
+        state.hub.active_feeds(),
+        state.engine.running_turns(),
+        env!("CARGO_PKG_VERSION"),
+        state.sessions.log().kind(),
+        state.engine.provider_name(),
+        state.replica_id.replace(['"', '\\', '\n'], "_"),
+    );
+    actix_web::HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(body)
+}

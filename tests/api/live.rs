@@ -411,3 +411,27 @@ async fn the_events_endpoint_rejects_bad_cursors_and_unknown_sessions() {
         .await
         .assert_problem(400, "invalid-query");
 }
+
+#[tokio::test]
+async fn metrics_count_sse_subscribers_and_running_turns() {
+    let app = spawn_with(None, "m", |s| s.fixture_token_delay_ms = 2_000).await;
+    let sid = app.create_session().await;
+    let metrics = || async {
+        let res = app.client.get(app.url("/metrics")).send().await.unwrap();
+        assert!(res.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"));
+        res.text().await.unwrap()
+    };
+    assert!(metrics().await.contains("dsh_sse_subscribers 0\n"));
+    let mut sub = SseClient::connect(&events_url(&app, &sid, ""), None).await;
+    sub.until("the first event", |f| f.event == "session/created")
+        .await;
+    app.prompt(&sid, "main", "slow").await.ok();
+    let text = metrics().await;
+    assert!(text.contains("dsh_sse_subscribers 1\n"), "{text}");
+    assert!(text.contains("dsh_turns_running 1\n"), "{text}");
+    assert!(text.contains("dsh_build_info{"), "{text}");
+    app.cancel(&sid, "main").await.ok();
+}
