@@ -34,22 +34,41 @@ pub struct Hub {
 
 /// A subscriber's handle on a session feed; the feed goes away with its last subscriber.
 pub struct Subscription {
-    pub rx: broadcast::Receiver<FeedItem>,
+    /// Always `Some` until drop, which releases it under the hub's lock.
+    rx: Option<broadcast::Receiver<FeedItem>>,
     hub: Weak<Hub>,
     sid: SessionId,
 }
 
+impl Subscription {
+    pub fn rx(&mut self) -> &mut broadcast::Receiver<FeedItem> {
+        self.rx
+            .as_mut()
+            .expect("a live subscription has its receiver until dropped")
+    }
+
+    /// Skips everything buffered: the next item is the next one sent.
+    pub fn skip_to_tail(&mut self) {
+        if let Some(rx) = self.rx.as_mut() {
+            *rx = rx.resubscribe();
+        }
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if let Some(hub) = self.hub.upgrade() {
-            let mut feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
-            // Our own receiver still counts until this drop completes.
-            if feeds
-                .get(&self.sid)
-                .is_some_and(|tx| tx.receiver_count() <= 1)
-            {
-                feeds.remove(&self.sid);
-            }
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let mut feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
+        // Released under the lock, so two last subscribers leaving together cannot both see
+        // the other and leave the feed behind.
+        drop(self.rx.take());
+        if feeds
+            .get(&self.sid)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            feeds.remove(&self.sid);
         }
     }
 }
@@ -105,7 +124,7 @@ impl Hub {
             }
         };
         Subscription {
-            rx,
+            rx: Some(rx),
             hub: Arc::downgrade(self),
             sid: sid.clone(),
         }

@@ -144,7 +144,19 @@ impl Sessions {
             if !state.exists() {
                 return Err(ServiceError::SessionNotFound(sid.clone()));
             }
-            let (value, events) = decide(&state)?;
+            let (value, events) = match decide(&state) {
+                Ok(decided) => decided,
+                Err(refusal) => {
+                    // A refusal is only an answer if it was made on the log's current end;
+                    // a cached view may be behind (e.g. a question asked on another replica).
+                    let current = self.catch_up(sid, state.clone()).await?;
+                    if current.seq == state.seq {
+                        return Err(refusal.into());
+                    }
+                    state = current;
+                    continue;
+                }
+            };
             match self.log.append(sid, state.seq, &events).await? {
                 Append::Committed(recorded) => {
                     let state = self.advance(sid, state, &recorded)?;
@@ -217,6 +229,25 @@ impl Sessions {
                     return Err(ServiceError::SessionNotFound(sid.clone()));
                 }
                 return Ok((state, events));
+            }
+        }
+    }
+
+    /// The plan projection as of seq `at`, folded a batch at a time (memory stays O(agents)).
+    pub async fn plans_at(&self, sid: &SessionId, at: u64) -> Result<PlanProjection, ServiceError> {
+        let mut projection = PlanProjection::default();
+        let mut after = 0;
+        loop {
+            let events = self.log.read(sid, after, FOLD_BATCH).await?;
+            for e in &events {
+                if e.seq() > at {
+                    return Ok(projection);
+                }
+                projection.apply(e.agent.as_str(), &e.kind);
+            }
+            match events.last() {
+                Some(last) if events.len() == FOLD_BATCH => after = last.seq(),
+                _ => return Ok(projection),
             }
         }
     }

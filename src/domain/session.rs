@@ -66,8 +66,9 @@ pub struct SessionState {
     pub agents: BTreeMap<AgentId, AgentState>,
     /// Every question asked in this session, by id.
     pub questions: BTreeMap<String, QuestionState>,
-    /// History-bearing events (user, assistant, tool) folded since the last snapshot.
-    pub messages: u64,
+    /// The seq of the last history-bearing event (user, assistant, tool) or snapshot: what a
+    /// compaction summarized must still be the latest history when it commits.
+    pub history_seq: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -127,13 +128,16 @@ impl SessionState {
         }
         match (&e.kind, self.exists()) {
             (EventKind::SessionCompacted(c), _) => {
-                if self.agents.values().any(|a| a.turn.is_some()) {
+                // Only checkable when nothing was skipped: a fold resuming from an older cache
+                // across trimmed entries does not know how that turn ended.
+                if e.seq() == self.seq + 1 && self.agents.values().any(|a| a.turn.is_some()) {
                     return Err(fail("compacted while a turn is open".into()));
                 }
                 *self = SessionState {
                     seq: self.seq,
                     created_at: c.created_at,
                     parent: c.parent.clone(),
+                    history_seq: e.seq(),
                     ..Default::default()
                 };
                 self.restore(&c.agents);
@@ -174,7 +178,7 @@ impl SessionState {
                         | EventKind::AssistantMessage(_)
                         | EventKind::ToolResult(_)
                 ) {
-                    self.messages += 1;
+                    self.history_seq = e.seq();
                 }
                 self.evolve_agent(e, kind).map_err(fail)?
             }

@@ -81,7 +81,7 @@ impl Engine {
             }
             let decided = sessions
                 .decide(sid, |s| {
-                    if s.messages != state.messages {
+                    if s.history_seq != state.history_seq {
                         return Err(DomainError::ChangedDuringCompaction);
                     }
                     s.decide_compact(&summary, &histories)

@@ -77,6 +77,10 @@ struct Sse {
     heartbeat: tokio::time::Interval,
     shutdown: tokio::sync::watch::Receiver<bool>,
     done: bool,
+    /// Reading the log (lazily, a batch per poll) instead of the live feed.
+    catching_up: bool,
+    /// Just caught up: a lag now comes from the catch-up, not from a slow client.
+    fresh: bool,
 }
 
 fn frame(id: Option<EventId>, event: &str, data: &str) -> Bytes {
@@ -124,37 +128,36 @@ impl Sse {
         }
     }
 
-    /// Reads and queues the log past the cursor (up to `until`, if given).
-    async fn catch_up(&mut self, until: Option<u64>) {
-        loop {
-            let batch = match self.log.read(&self.sid, self.last, CATCH_UP_BATCH).await {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(session = %self.sid, error = %e, "SSE catch-up failed; closing the stream");
-                    self.done = true;
-                    return;
-                }
-            };
-            if let Some(first) = batch.first() {
-                if self.last > 0 && first.seq() > self.last + 1 {
-                    let data = serde_json::json!({
-                        "reason": "trimmed",
-                        "message": "events after your cursor were compacted away; re-read the session, then reconnect after its last_event_id",
-                        "first_available": first.id,
-                    });
-                    self.queue
-                        .push_back(frame(None, "reset", &data.to_string()));
-                    self.done = true;
-                    return;
-                }
-            }
-            let full = batch.len() == CATCH_UP_BATCH;
-            for e in &batch {
-                self.emit(e);
-            }
-            if !full || until.is_some_and(|u| self.last >= u) {
+    /// Reads and queues one batch of the log past the cursor; catching up ends with a short
+    /// batch. One batch at a time keeps a subscriber's memory bounded however long the log.
+    async fn catch_up_batch(&mut self) {
+        let batch = match self.log.read(&self.sid, self.last, CATCH_UP_BATCH).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(session = %self.sid, error = %e, "SSE catch-up failed; closing the stream");
+                self.done = true;
                 return;
             }
+        };
+        if let Some(first) = batch.first() {
+            if self.last > 0 && first.seq() > self.last + 1 {
+                let data = serde_json::json!({
+                    "reason": "trimmed",
+                    "message": "events after your cursor were compacted away; re-read the session, then reconnect after its last_event_id",
+                    "first_available": first.id,
+                });
+                self.queue
+                    .push_back(frame(None, "reset", &data.to_string()));
+                self.done = true;
+                return;
+            }
+        }
+        if batch.len() < CATCH_UP_BATCH {
+            self.catching_up = false;
+            self.fresh = true;
+        }
+        for e in &batch {
+            self.emit(e);
         }
     }
 
@@ -166,18 +169,23 @@ impl Sse {
             if self.done || self.max_events.is_some_and(|m| self.sent >= m) {
                 return None;
             }
+            if self.catching_up {
+                self.catch_up_batch().await;
+                continue;
+            }
             let deadline = self.deadline;
             tokio::select! {
-                item = self.sub.rx.recv() => match item {
+                item = self.sub.rx().recv() => match item {
                     Ok(FeedItem::Events(batch)) => {
+                        self.fresh = false;
                         for e in batch.iter() {
                             if e.seq() <= self.last {
                                 continue;
                             }
                             if e.seq() > self.last + 1 {
-                                self.catch_up(Some(e.seq())).await;
-                                if self.done { break; }
-                                continue;
+                                // A gap (a lost message): the log has it, and the rest.
+                                self.catching_up = true;
+                                break;
                             }
                             self.emit(e);
                         }
@@ -190,7 +198,13 @@ impl Sse {
                             self.push(frame(None, &ty, &json));
                         }
                     }
-                    Ok(FeedItem::Resync) => self.catch_up(None).await,
+                    Ok(FeedItem::Resync) => self.catching_up = true,
+                    // Fell behind while catching up from the log: not a slow client; skip what
+                    // the feed buffered and read it from the log instead.
+                    Err(RecvError::Lagged(_)) if self.fresh => {
+                        self.sub.skip_to_tail();
+                        self.catching_up = true;
+                    }
                     Err(RecvError::Lagged(n)) => {
                         tracing::info!(session = %self.sid, behind = n, "slow SSE subscriber cut off; it resumes with Last-Event-ID");
                         self.done = true;
@@ -253,19 +267,20 @@ pub async fn events(
     // Subscribe before reading, so nothing committed meanwhile is missed.
     let sub = state.hub.subscribe(&sid);
     let head = state.sessions.state(&sid).await?;
-    let mut plans = PlanProjection::default();
-    if cursor > 0 {
-        let at_cursor = if head.seq == cursor {
-            head.clone()
-        } else {
-            Arc::new(state.sessions.prefix(&sid, Some(cursor)).await?.0)
-        };
-        plans.agents = at_cursor
-            .agents
-            .iter()
-            .map(|(id, a)| (id.to_string(), a.plan))
-            .collect();
-    }
+    // The plan views as of the cursor, to derive plan/view changes from there on.
+    let plans = if cursor == 0 {
+        PlanProjection::default()
+    } else if head.seq == cursor {
+        PlanProjection {
+            agents: head
+                .agents
+                .iter()
+                .map(|(id, a)| (id.to_string(), a.plan))
+                .collect(),
+        }
+    } else {
+        state.sessions.plans_at(&sid, cursor).await?
+    };
     let heartbeat = state.sse_heartbeat;
     let mut sse = Sse {
         sid,
@@ -283,6 +298,8 @@ pub async fn events(
         heartbeat: tokio::time::interval_at(Instant::now() + heartbeat, heartbeat),
         shutdown: state.shutdown.clone(),
         done: false,
+        catching_up: true,
+        fresh: false,
     };
     // The current plan view of every agent, so a client never folds by itself.
     let views: BTreeMap<String, PlanView> = sse.plans.view();
@@ -290,7 +307,6 @@ pub async fn events(
         sse.view(None, &agent, view);
     }
     sse.sent = 0;
-    sse.catch_up(None).await;
     let body = futures_util::stream::unfold(sse, |mut sse| async move {
         sse.next()
             .await

@@ -435,3 +435,33 @@ async fn metrics_count_sse_subscribers_and_running_turns() {
     assert!(text.contains("dsh_build_info{"), "{text}");
     app.cancel(&sid, "main").await.ok();
 }
+
+#[tokio::test]
+async fn a_replica_whose_cache_predates_a_trimmed_compaction_still_reads_the_session() {
+    let redis = TestRedis::start().await;
+    let (a, _, c) = three(&redis).await;
+    let sid = a.create_session().await;
+    a.set_plan(&sid, "main", true).await.ok();
+    let turn = a.prompt(&sid, "main", "plan").await.ok()["turn"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let q = a.await_question(&sid).await;
+    // C caches the session while its turn is open.
+    assert_eq!(
+        c.get(&format!("/v1/sessions/{sid}/agents/main")).await.ok()["status"],
+        "waiting"
+    );
+    a.dismiss(&sid, q["id"].as_str().unwrap()).await.ok();
+    a.await_turn_end(&sid, &turn).await;
+    a.post_json(&format!("/v1/sessions/{sid}/compact"), json!({}))
+        .await
+        .ok();
+    let agent = c.get(&format!("/v1/sessions/{sid}/agents/main")).await.ok();
+    assert_eq!(agent["status"], "idle");
+    assert_eq!(agent["plan"], json!({"active": true}));
+    assert_eq!(
+        c.set_plan(&sid, "main", false).await.ok()["outcome"],
+        "committed"
+    );
+}

@@ -316,3 +316,18 @@ async fn two_agents_reviewing_at_once_get_distinct_questions_and_a_valid_log() {
         assert!(ok, "{out}");
     }
 }
+
+#[tokio::test]
+async fn an_answer_on_a_replica_whose_cache_predates_the_question_is_accepted() {
+    let redis = TestRedis::start().await;
+    let a = spawn_replica(Some(&redis), "a").await;
+    let b = spawn_replica(Some(&redis), "b").await;
+    let sid = a.create_session().await;
+    b.session(&sid).await.ok(); // B caches the session before any question exists
+    let (turn, q) = plan_and_await_review(&a, &sid, "x").await;
+    b.answer(&sid, q["id"].as_str().unwrap(), json!({"label": "Approve"}))
+        .await
+        .ok();
+    a.await_turn_end(&sid, &turn).await;
+    assert_eq!(a.plan(&sid, "main").await.ok(), json!({"active": false}));
+}
