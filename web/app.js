@@ -28,7 +28,11 @@ const app = {
   questions: new Map(), // open questions by id
   bubbles: new Map(), // streaming assistant bubbles by turn/step
   finished: new Set(), // turn/step keys whose message is recorded (late deltas are dropped)
+  lastId: null, // the last event id the stream delivered
+  lastSeq: 0, // its seq: a response describing an older state than this is stale
+  retry: 500, // reconnect backoff after the server refused the stream
 };
+const seqOf = (id) => (id ? Number(String(id).split("-")[0]) || 0 : 0);
 // PlanModeControl: `confirmed` is the last host-confirmed view; `token` names the control's
 // own request so a result for another session, or after unmounting, is ignored.
 const plan = { confirmed: null, busy: false, token: 0 };
@@ -74,6 +78,9 @@ function unmount() {
   app.questions.clear();
   app.bubbles.clear();
   app.finished.clear();
+  app.lastId = null;
+  app.lastSeq = 0;
+  app.retry = 500;
   app.running = false;
   plan.confirmed = null;
   plan.busy = false;
@@ -89,9 +96,30 @@ async function open(sid) {
   renderSessions();
   renderPlan();
   renderDock();
-  const source = new EventSource(`/v1/sessions/${encodeURIComponent(sid)}/events`);
+  connect(sid);
+}
+
+// EventSource resumes by itself with Last-Event-ID after a dropped connection; after a refused
+// one (a non-200, e.g. 503 while the store is down) it stops for good, so reconnect here.
+function connect(sid) {
+  const after = app.lastId ? `?after=${encodeURIComponent(app.lastId)}` : "";
+  const source = new EventSource(`/v1/sessions/${encodeURIComponent(sid)}/events${after}`);
   app.source = source;
-  const on = (type, fn) => source.addEventListener(type, (ev) => sid === app.sid && fn(JSON.parse(ev.data)));
+  const on = (type, fn) =>
+    source.addEventListener(type, (ev) => {
+      if (sid !== app.sid || source !== app.source) return;
+      if (ev.lastEventId && seqOf(ev.lastEventId) >= app.lastSeq) {
+        app.lastId = ev.lastEventId;
+        app.lastSeq = seqOf(ev.lastEventId);
+      }
+      app.retry = 500;
+      fn(JSON.parse(ev.data));
+    });
+  source.onerror = () => {
+    if (source.readyState !== EventSource.CLOSED || sid !== app.sid || source !== app.source) return;
+    setTimeout(() => sid === app.sid && source === app.source && connect(sid), app.retry);
+    app.retry = Math.min(app.retry * 2, 5000);
+  };
   on("user/message", (e) => addMessage(e.data.source ? "note" : "user", e.data.text));
   on("assistant/delta", (d) => streamDelta(d));
   on("assistant/message", (e) => finishAssistant(e));
@@ -114,7 +142,16 @@ async function open(sid) {
   };
   on("question/answered", close);
   on("question/dismissed", close);
-  source.addEventListener("reset", () => open(sid));
+  source.addEventListener("reset", () => {
+    source.close();
+    open(sid);
+  });
+}
+
+/** Applies a plan view from a response, unless the stream already showed a newer state. */
+function confirmFromResponse(view, lastEventId) {
+  if (seqOf(lastEventId) <= app.lastSeq) return;
+  plan.confirmed = view;
 }
 
 // ---- conversation ----------------------------------------------------------------------
@@ -193,7 +230,7 @@ async function choosePlan() {
   try {
     const r = await api("PUT", `/v1/sessions/${sid}/agents/${AGENT}/plan`, { active: target });
     if (token !== plan.token || sid !== app.sid) return;
-    plan.confirmed = r.plan;
+    confirmFromResponse(r.plan, r.last_event_id);
   } catch {
     if (token !== plan.token || sid !== app.sid) return;
     $("plan-error").textContent = t.planError;
@@ -219,7 +256,7 @@ async function submit(ev) {
     if (text.startsWith("/")) {
       const r = await api("POST", `/v1/sessions/${sid}/agents/${AGENT}/commands`, { input: text });
       if (sid === app.sid && r.plan) {
-        plan.confirmed = r.plan;
+        confirmFromResponse(r.plan, r.last_event_id);
         renderPlan();
       }
     } else {

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use super::{ids, ApiError, Code, Problem, State};
 use crate::domain::commands::{parse, CommandSpec};
 use crate::domain::plan::PlanCommandResult;
-use crate::domain::PlanView;
+use crate::domain::{EventId, PlanView};
 use crate::service::ServiceError;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -40,6 +40,9 @@ pub struct CommandRan {
     pub result: PlanCommandResult,
     /// The plan state after the command, as the host confirms it.
     pub plan: PlanView,
+    /// The session's last event id after the command.
+    #[schema(value_type = String, example = "4-0")]
+    pub last_event_id: EventId,
 }
 
 /// Run a slash command for an agent. `/plan` selects plan mode; `/plan <message>` selects it
@@ -92,5 +95,6 @@ pub async fn run_command(
         command: name.to_owned(),
         result: result.value,
         plan,
+        last_event_id: EventId(result.state.seq),
     }))
 }

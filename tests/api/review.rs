@@ -165,7 +165,7 @@ on_both_stores! {
     async fn plan_off_selects_inactive_without_model_input_and_cancels_a_pending_entry(app: TestApp) {
         let sid = app.create_session().await;
         let ran = run_command(&app, &sid, "/plan").await.ok();
-        assert_eq!(ran, json!({"command": "plan", "outcome": "committed", "plan": {"active": true}}));
+        assert_eq!(ran, json!({"command": "plan", "outcome": "committed", "plan": {"active": true}, "last_event_id": "3-0"}));
         let off = run_command(&app, &sid, "/plan off").await.ok();
         assert_eq!(off["outcome"], "committed");
         assert_eq!(off["plan"], json!({"active": false}));

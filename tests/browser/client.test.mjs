@@ -135,3 +135,38 @@ test("the Chinese UI labels the control and its pending state", async () => {
     await zh.browser.close();
   }
 });
+
+test("a late response never overwrites a newer state the stream already confirmed", async () => {
+  await newSession();
+  await expectChip("Default");
+  const sid = await page.evaluate(() => location.hash.slice(1));
+  let release;
+  const held = new Promise((r) => (release = r));
+  await page.route("**/agents/main/plan", async (route) => {
+    if (route.request().method() !== "PUT") return route.continue();
+    const response = await route.fetch(); // committed on the host now
+    await held; // ...but the answer reaches the page late
+    await route.fulfill({ response });
+  });
+  await page.selectOption("#plan-select", "plan");
+  await expectChip("Plan"); // the stream confirms the commit
+  // Another client switches back while our response is still in flight.
+  await fetch(`${stack.base}/v1/sessions/${sid}/agents/main/plan`, { method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify({ active: false }) });
+  await expectChip("Default");
+  release();
+  await page.waitForFunction(() => !document.getElementById("plan-select").disabled);
+  assert.equal(await chip().textContent(), "Default", "the stale response is ignored");
+  await page.unroute("**/agents/main/plan");
+});
+
+test("the client reconnects after the event stream is refused once", async () => {
+  let refused = 0;
+  await page.route("**/events*", (route) => {
+    if (refused++ === 0) return route.fulfill({ status: 503, contentType: "application/problem+json", body: "{}" });
+    return route.continue();
+  });
+  await newSession();
+  await expectChip("Default");
+  assert.ok(refused >= 2, "a second stream was opened");
+  await page.unroute("**/events*");
+});
