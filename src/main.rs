@@ -17,7 +17,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve => {
             Application::build(cli.serve)
                 .await?
-                .run_until_stopped()
+                .run_until_signalled()
                 .await?
         }
         Command::Openapi => print!("{}", dsh_plan::http::openapi_json()),
