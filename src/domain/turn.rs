@@ -1,8 +1,15 @@
-//! What a turn does next, read from the log alone — so any replica that picks a turn up (after
-//! a crash, or after a question is answered) continues exactly where the log says it stands.
+//! Turns: opening one (or steering it), ending one, and what a turn does next, read from the
+//! log alone — so any replica that picks a turn up (after a crash, or after a question is
+//! answered) continues exactly where the log says it stands.
 
-use super::event::{EventKind, StepStarted, ToolCall};
-use super::{AgentId, Recorded};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::event::{
+    EventKind, StepStarted, ToolCall, ToolResult, TurnEnded, TurnStarted, UserMessage,
+};
+use super::session::{DomainError, SessionState};
+use super::{AgentId, NewEvent, Recorded};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -123,4 +130,99 @@ pub fn current_attempt(events: &[Recorded], agent: &AgentId, turn: &str) -> Opti
         }
     }
     current
+}
+
+/// The answer to a prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Prompted {
+    /// The turn that will read the message.
+    pub turn: String,
+    /// True when a turn was already running: the message is included in its next step.
+    pub steered: bool,
+}
+
+impl SessionState {
+    /// A prompt: opens turn `new_turn` on an idle agent, or steers the running one.
+    pub fn decide_prompt(
+        &self,
+        agent: &AgentId,
+        text: &str,
+        new_turn: &str,
+    ) -> Result<(Prompted, Vec<NewEvent>), DomainError> {
+        let a = self.agent(agent)?;
+        let steer = a.turn.is_some();
+        let message = NewEvent::new(
+            agent,
+            EventKind::UserMessage(UserMessage {
+                text: text.to_owned(),
+                source: None,
+                steer,
+            }),
+        );
+        Ok(match &a.turn {
+            Some(open) => (
+                Prompted {
+                    turn: open.clone(),
+                    steered: true,
+                },
+                vec![message],
+            ),
+            None => {
+                let start = NewEvent::new(
+                    agent,
+                    EventKind::TurnStarted(TurnStarted {
+                        turn: new_turn.to_owned(),
+                    }),
+                );
+                (
+                    Prompted {
+                        turn: new_turn.to_owned(),
+                        steered: false,
+                    },
+                    vec![start, message],
+                )
+            }
+        })
+    }
+
+    /// Ends `agent`'s open turn with `reason`, if one is open (and is `turn`, when given).
+    pub fn decide_end_turn(
+        &self,
+        agent: &AgentId,
+        turn: Option<&str>,
+        reason: &str,
+    ) -> Result<(Option<String>, Vec<NewEvent>), DomainError> {
+        let a = self.agent(agent)?;
+        match &a.turn {
+            Some(open) if turn.is_none_or(|t| t == open) => {
+                // Every open tool call gets its (failed) result first, so the history stays
+                // well-formed for the next request; an open review fails closed.
+                let mut seen = std::collections::HashSet::new();
+                let mut events: Vec<NewEvent> = a
+                    .open_calls
+                    .iter()
+                    // One result closes every call with its id (see the fold).
+                    .filter(|call| seen.insert(call.id.clone()))
+                    .map(|call| {
+                        let (ok, result) = super::plan::review::aborted(call, reason);
+                        let r = ToolResult {
+                            turn: open.clone(),
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            ok,
+                            result,
+                        };
+                        NewEvent::new(agent, EventKind::ToolResult(r))
+                    })
+                    .collect();
+                let end = EventKind::TurnEnded(TurnEnded {
+                    turn: open.clone(),
+                    reason: reason.to_owned(),
+                });
+                events.push(NewEvent::new(agent, end));
+                Ok((Some(open.clone()), events))
+            }
+            _ => Ok((None, Vec::new())),
+        }
+    }
 }

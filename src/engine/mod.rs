@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::composition::Composition;
 use crate::domain::plan::review::{review, ReviewStep};
 use crate::domain::plan::EXIT_TOOL;
-use crate::domain::session::Prompted;
+use crate::domain::turn::Prompted;
 use crate::domain::turn::{next_action, Next};
 use crate::domain::{AgentId, NewEvent, SessionId, SessionState};
 use crate::service::{ServiceError, Sessions};

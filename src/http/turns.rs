@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{ids, ApiError, Code, Problem, State};
-use crate::domain::session::Prompted;
+use crate::domain::turn::Prompted;
 
 /// Largest prompt accepted, in bytes (the body limit also applies).
 const MAX_TEXT: usize = 32 * 1024;

@@ -233,14 +233,19 @@ async fn sigterm_ends_event_streams_so_clients_reconnect_elsewhere() {
     let mut a = spawn_process(&redis, "a", 1).await;
     let sid = a.app.create_session().await;
     let mut sub = SseClient::connect(&a.app.url(&format!("/v1/sessions/{sid}/events")), None).await;
-    sub.until("the first event", |f| f.event == "session/created").await;
+    sub.until("the first event", |f| f.event == "session/created")
+        .await;
     let started = Instant::now();
     unsafe {
         libc::kill(a.child.id() as i32, libc::SIGTERM);
     }
     sub.drain().await;
     assert!(*sub.ended.borrow(), "the stream ended");
-    assert!(started.elapsed() < Duration::from_secs(4), "ended promptly: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "ended promptly: {:?}",
+        started.elapsed()
+    );
     let status = a.child.wait().unwrap();
     assert!(status.success(), "a graceful exit: {status:?}");
 }
