@@ -70,6 +70,8 @@ struct Sse {
     last: u64,
     filter: Filter,
     plans: PlanProjection,
+    /// Whether plan mode is composed (no `plan/view` frames otherwise).
+    plan_views: bool,
     queue: VecDeque<Bytes>,
     sent: u64,
     max_events: Option<u64>,
@@ -119,7 +121,7 @@ impl Sse {
     }
 
     fn view(&mut self, id: Option<EventId>, agent: &str, view: PlanView) {
-        if self.filter.passes("plan/view", agent) {
+        if self.plan_views && self.filter.passes("plan/view", agent) {
             let mut data = serde_json::json!({ "agent": agent, "active": view.active });
             if let Some(p) = view.pending {
                 data["pending"] = p.into();
@@ -300,6 +302,7 @@ pub async fn events(
         done: false,
         catching_up: true,
         fresh: false,
+        plan_views: state.composition.plan_mode.is_some(),
     };
     // The current plan view of every agent, so a client never folds by itself.
     let views: BTreeMap<String, PlanView> = sse.plans.view();
