@@ -125,16 +125,20 @@ impl Application {
             shutdown,
             sse_heartbeat: std::time::Duration::from_millis(settings.sse_heartbeat_ms.max(100)),
             trim_on_compact: settings.trim_on_compact,
+            requests: Default::default(),
         });
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;
         let port = listener.local_addr()?.port();
         let data = web::Data::from(state.clone());
-        let mut server =
-            HttpServer::new(move || App::new().configure(http::configure(data.clone())))
-                .listen(listener)?
-                .disable_signals()
-                .shutdown_timeout(5);
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .wrap(actix_web::middleware::from_fn(http::track_requests))
+                .configure(http::configure(data.clone()))
+        })
+        .listen(listener)?
+        .disable_signals()
+        .shutdown_timeout(5);
         if let Some(n) = settings.workers {
             server = server.workers(n.max(1));
         }

@@ -17,6 +17,7 @@ mod client;
 mod commands;
 pub mod error;
 mod events;
+mod metrics;
 mod plan;
 mod questions;
 mod sessions;
@@ -24,6 +25,7 @@ mod system;
 mod turns;
 
 pub use error::{ApiError, Code, Problem};
+pub use metrics::track as track_requests;
 
 /// What every handler shares.
 pub struct AppState {
@@ -38,6 +40,8 @@ pub struct AppState {
     pub sse_heartbeat: std::time::Duration,
     /// Whether compaction trims the entries it replaced.
     pub trim_on_compact: bool,
+    /// Responses and latencies for `/metrics`.
+    pub requests: metrics::RequestMetrics,
 }
 
 pub type State = web::Data<AppState>;

@@ -133,7 +133,7 @@ pub async fn metrics(state: State) -> actix_web::HttpResponse {
         state.sessions.log().kind(),
         state.engine.provider_name(),
         state.replica_id.replace(['"', '\\', '\n'], "_"),
-    );
+    ) + &state.requests.render();
     actix_web::HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(body)

@@ -433,6 +433,15 @@ async fn metrics_count_sse_subscribers_and_running_turns() {
     assert!(text.contains("dsh_sse_subscribers 1\n"), "{text}");
     assert!(text.contains("dsh_turns_running 1\n"), "{text}");
     assert!(text.contains("dsh_build_info{"), "{text}");
+    assert!(
+        text.contains("dsh_http_responses_total{class=\"2xx\"} "),
+        "{text}"
+    );
+    assert!(
+        !text.contains("dsh_http_responses_total{class=\"2xx\"} 0\n"),
+        "requests were counted: {text}"
+    );
+    assert!(text.contains("dsh_http_response_seconds_count "), "{text}");
     app.cancel(&sid, "main").await.ok();
 }
 
