@@ -95,6 +95,12 @@ pub struct Settings {
     /// A directory whose `AGENTS.md` becomes the workspace-instructions section.
     #[arg(long, env = "DSH_WORKSPACE", global = true)]
     pub workspace: Option<String>,
+    /// Steps one turn may take; a turn that wants more ends with reason `step-limit`.
+    #[arg(long, env = "DSH_MAX_STEPS", default_value_t = crate::engine::DEFAULT_MAX_STEPS, global = true)]
+    pub max_steps: u32,
+    /// Agents one session may have; spawning more answers 409 `agent-limit`.
+    #[arg(long, env = "DSH_MAX_AGENTS", default_value_t = 1000, global = true)]
+    pub max_agents: usize,
 }
 
 impl Settings {
@@ -115,6 +121,8 @@ impl Settings {
             trim_on_compact: true,
             sse_feed_capacity: crate::live::FEED_CAPACITY,
             sse_heartbeat_ms: 15_000,
+            max_steps: crate::engine::DEFAULT_MAX_STEPS,
+            max_agents: 1000,
         }
     }
 

@@ -2,8 +2,9 @@
 //! decisions into compare-and-append commits.
 //!
 //! A replica keeps a cache of folded sessions with the seq each was folded to. It is a cache,
-//! never truth: a read catches up with one range read past that seq, and a decision is
-//! committed only if the log still ends at the seq the decision saw. On a conflict the store
+//! never truth: a read catches up with one range read past that seq (anchored on the last
+//! folded entry, so a log that Redis lost or replaced is noticed and folded again), and a
+//! decision is committed only if the log still ends at the seq the decision saw. On a conflict the store
 //! hands back the missed events, the decision is made again on the newer state, and the cache
 //! learns them. Decisions on one session are also serialized within a replica, so contention
 //! costs retries only across replicas.
@@ -14,18 +15,29 @@ use std::sync::Arc;
 use quick_cache::sync::Cache;
 
 use crate::domain::event::{AgentSnapshot, ForkOrigin};
-use crate::domain::plan::PlanProjection;
 use crate::domain::session::decide_create;
 use crate::domain::{DomainError, FoldError, NewEvent, Recorded, SessionId, SessionState};
-use crate::store::{Append, EventLog, StoreError};
+use crate::store::{Anchor, Append, EventLog, StoreError};
 
 /// Events read per round trip while catching a cold session up.
 const FOLD_BATCH: usize = 10_000;
 /// Attempts of one decision before giving up with [`ServiceError::Contention`].
 const MAX_ATTEMPTS: usize = 32;
-/// Folded sessions a replica keeps.
+/// Folded sessions a replica expects to keep.
 const CACHE_SESSIONS: usize = 100_000;
+/// What the cache of folded sessions may hold, in (approximate) bytes.
+const CACHE_BYTES: u64 = 512 << 20;
 const LOCK_SHARDS: usize = 1024;
+
+/// A folded session's weight in the cache: a base for its agents plus what it holds.
+#[derive(Clone)]
+struct ByBytes;
+
+impl quick_cache::Weighter<SessionId, Arc<SessionState>> for ByBytes {
+    fn weight(&self, _: &SessionId, s: &Arc<SessionState>) -> u64 {
+        (1024 + 256 * s.agents.len() + s.bytes) as u64
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -54,7 +66,7 @@ pub struct Decided<T> {
 
 pub struct Sessions {
     log: Arc<dyn EventLog>,
-    cache: Cache<SessionId, Arc<SessionState>>,
+    cache: Cache<SessionId, Arc<SessionState>, ByBytes>,
     locks: Box<[tokio::sync::Mutex<()>]>,
 }
 
@@ -62,7 +74,7 @@ impl Sessions {
     pub fn new(log: Arc<dyn EventLog>) -> Self {
         Self {
             log,
-            cache: Cache::new(CACHE_SESSIONS),
+            cache: Cache::with_weighter(CACHE_SESSIONS, CACHE_BYTES, ByBytes),
             locks: (0..LOCK_SHARDS)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
@@ -83,7 +95,9 @@ impl Sessions {
         Ok(state)
     }
 
-    /// Folds every event after `state.seq`, reading until the log's end.
+    /// Folds every event after `state.seq`, reading until the log's end. If the log no
+    /// longer holds the last event `state` folded (Redis lost its data, or a compaction trimmed
+    /// it), the session is folded again from its first event.
     async fn catch_up(
         &self,
         sid: &SessionId,
@@ -91,7 +105,16 @@ impl Sessions {
     ) -> Result<Arc<SessionState>, ServiceError> {
         let mut state = state;
         loop {
-            let events = self.log.read(sid, state.seq, FOLD_BATCH).await?;
+            let anchor = Anchor {
+                seq: state.seq,
+                ts: state.tail_ts,
+            };
+            let Some(events) = self.log.read_after(sid, anchor, FOLD_BATCH).await? else {
+                tracing::warn!(session = %sid, seq = state.seq, "the log no longer holds what this replica folded; folding it again");
+                self.cache.remove(sid);
+                state = Arc::default();
+                continue;
+            };
             let done = events.len() < FOLD_BATCH;
             state = self.advance(sid, state, &events)?;
             if done {
@@ -202,54 +225,35 @@ impl Sessions {
         }
     }
 
-    /// The session folded up to and including `at` (its head when `None`), and the events
-    /// from its latest snapshot to there.
-    pub async fn prefix(
+    /// The session folded up to and including seq `at` (for a fork): the cached state when
+    /// `at` is the head, else a fold from the first event. `None` when `at` was trimmed.
+    pub async fn state_at(
         &self,
         sid: &SessionId,
-        at: Option<u64>,
-    ) -> Result<(SessionState, Vec<Recorded>), ServiceError> {
+        at: u64,
+    ) -> Result<Option<Arc<SessionState>>, ServiceError> {
+        let head = self.state(sid).await?;
+        if head.seq == at {
+            return Ok(Some(head));
+        }
         let mut state = SessionState::default();
-        let mut events: Vec<Recorded> = Vec::new();
-        loop {
-            let batch = self.log.read(sid, state.seq, FOLD_BATCH).await?;
-            let done = batch.len() < FOLD_BATCH;
-            for e in batch {
-                if at.is_some_and(|at| e.seq() > at) {
-                    return Ok((state, events));
-                }
-                state.evolve(&e)?;
-                if e.kind.snapshot().is_some() {
-                    events.clear();
-                }
-                events.push(e);
+        while state.seq < at {
+            let want = FOLD_BATCH.min((at - state.seq) as usize);
+            let batch = self.log.read(sid, state.seq, want).await?;
+            // Past `at` (the entries up to it were trimmed), or the log ended early.
+            if batch.first().is_none_or(|e| e.seq() > at) {
+                return Ok(None);
             }
-            if done {
-                if !state.exists() {
-                    return Err(ServiceError::SessionNotFound(sid.clone()));
-                }
-                return Ok((state, events));
+            for e in batch.iter().take_while(|e| e.seq() <= at) {
+                state.evolve(e)?;
             }
         }
+        Ok(Some(Arc::new(state)))
     }
 
-    /// The plan projection as of seq `at`, folded a batch at a time (memory stays O(agents)).
-    pub async fn plans_at(&self, sid: &SessionId, at: u64) -> Result<PlanProjection, ServiceError> {
-        let mut projection = PlanProjection::default();
-        let mut after = 0;
-        loop {
-            let events = self.log.read(sid, after, FOLD_BATCH).await?;
-            for e in &events {
-                if e.seq() > at {
-                    return Ok(projection);
-                }
-                projection.apply(e.agent.as_str(), &e.kind);
-            }
-            match events.last() {
-                Some(last) if events.len() == FOLD_BATCH => after = last.seq(),
-                _ => return Ok(projection),
-            }
-        }
+    /// Drops the entries before seq `keep_from`, which a compaction snapshot replaced.
+    pub async fn trim(&self, sid: &SessionId, keep_from: u64) -> Result<(), ServiceError> {
+        Ok(self.log.trim(sid, keep_from).await?)
     }
 
     /// A page of the session's events after `after`; 404 for an unknown session.
@@ -264,24 +268,5 @@ impl Sessions {
             self.state(sid).await?;
         }
         Ok(events)
-    }
-
-    /// The plan projection unit, recomputed from the whole log and nothing else.
-    pub async fn plan_projection(&self, sid: &SessionId) -> Result<PlanProjection, ServiceError> {
-        let mut projection = PlanProjection::default();
-        let mut after = 0;
-        loop {
-            let events = self.log.read(sid, after, FOLD_BATCH).await?;
-            for e in &events {
-                projection.apply(e.agent.as_str(), &e.kind);
-            }
-            match events.last() {
-                Some(last) if events.len() == FOLD_BATCH => after = last.seq(),
-                _ if after == 0 && events.is_empty() => {
-                    return Err(ServiceError::SessionNotFound(sid.clone()))
-                }
-                _ => return Ok(projection),
-            }
-        }
     }
 }

@@ -11,7 +11,7 @@ use crate::composition::Composition;
 use crate::config::{provider_key, redact, Settings};
 use crate::engine::assembly::Prompting;
 use crate::engine::provider::{fixture::Fixture, openai::OpenAi, ModelClient};
-use crate::engine::{Engine, Timing};
+use crate::engine::{Engine, EngineConfig, Timing};
 use crate::http::{self, AppState};
 use crate::live::Hub;
 use crate::service::Sessions;
@@ -103,21 +103,25 @@ impl Application {
             Prompting::workspace_instructions(settings.workspace.as_deref()),
         );
         let provider = open_provider(&settings, policy)?;
+        let sessions = Arc::new(Sessions::new(stores.log));
         let engine = Engine::new(
-            stores.log.clone(),
+            sessions.clone(),
             stores.live.clone(),
             stores.leases,
             provider,
             prompting,
             &composition,
-            replica_id.clone(),
-            Timing::default(),
+            EngineConfig {
+                replica: replica_id.clone(),
+                timing: Timing::default(),
+                max_steps: settings.max_steps,
+            },
         );
         engine.start();
         let hub = Hub::start(stores.live.as_ref(), settings.sse_feed_capacity);
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
         let state = Arc::new(AppState {
-            sessions: Sessions::new(stores.log),
+            sessions,
             engine,
             composition,
             replica_id: replica_id.clone(),
@@ -125,6 +129,7 @@ impl Application {
             shutdown,
             sse_heartbeat: std::time::Duration::from_millis(settings.sse_heartbeat_ms.max(100)),
             trim_on_compact: settings.trim_on_compact,
+            max_agents: settings.max_agents.max(1),
             requests: Default::default(),
         });
         let listener = TcpListener::bind(&settings.bind)
@@ -169,11 +174,12 @@ impl Application {
         self.server.await
     }
 
-    /// Serves until SIGINT or SIGTERM, then ends SSE streams (so clients reconnect to another
-    /// replica) and stops gracefully.
+    /// Serves until SIGINT or SIGTERM, then hands running turns over to other replicas, ends
+    /// SSE streams (so clients reconnect to another replica) and stops gracefully.
     pub async fn run_until_signalled(self) -> std::io::Result<()> {
         let handle = self.server.handle();
         let shutdown = self.shutdown;
+        let engine = self.state.engine.clone();
         tokio::spawn(async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -181,13 +187,17 @@ impl Application {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
             }
-            tracing::info!("shutting down: closing event streams");
+            tracing::info!("shutting down: handing running turns over, closing event streams");
+            engine.stop(HANDOFF_GRACE).await;
             let _ = shutdown.send(true);
             handle.stop(true).await;
         });
         self.server.await
     }
 }
+
+/// How long a stopping replica waits for its turn runners to hand their turns over.
+const HANDOFF_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn listener_host(bind: &str) -> &str {
     bind.rsplit_once(':').map(|(h, _)| h).unwrap_or(bind)

@@ -3,10 +3,11 @@
 
 use proptest::prelude::*;
 
+use super::agent::AgentStatus;
 use super::event::{CommandRun, EventKind, NewEvent, Recorded, TurnEnded, TurnStarted};
 use super::ids::AgentId;
 use super::plan::PlanProjection;
-use super::session::{decide_create, AgentStatus, SessionState};
+use super::session::{decide_create, SessionState};
 use crate::store::stamp;
 
 #[derive(Clone, Debug)]
@@ -32,7 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn play(ops: &[Op]) -> Vec<Recorded> {
     let mut state = SessionState::default();
     let mut log = Vec::new();
-    let mut commit = |state: &mut SessionState, events: Vec<NewEvent>, log: &mut Vec<Recorded>| {
+    let commit = |state: &mut SessionState, events: Vec<NewEvent>, log: &mut Vec<Recorded>| {
         for r in stamp(&events, state.seq + 1, 1_000 + state.seq) {
             state.evolve(&r).expect("decided events fold");
             log.push(r);
@@ -51,7 +52,7 @@ fn play(ops: &[Op]) -> Vec<Recorded> {
         let events = match op {
             Op::Spawn { owner } => {
                 let owner = owner.map(|o| pick(&state, o));
-                state.decide_spawn(owner).unwrap().1
+                state.decide_spawn(owner, usize::MAX).unwrap().1
             }
             Op::Set { agent, target } => {
                 state
@@ -88,7 +89,7 @@ fn play(ops: &[Op]) -> Vec<Recorded> {
             }
             Op::EndTurn { agent } => {
                 let id: AgentId = pick(&state, *agent);
-                let Some(turn) = state.agents[&id].turn.clone() else {
+                let Some(turn) = state.agents[&id].turn_id().map(str::to_owned) else {
                     continue;
                 };
                 vec![NewEvent::new(

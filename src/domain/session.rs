@@ -9,52 +9,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::event::{AgentSnapshot, QuestionAnswered, QuestionDismissed, ToolCall};
-use super::event::{
-    AgentSpawned, AssistantMessage, EventKind, ForkOrigin, NewEvent, Recorded, SessionCreated,
-    StepRetried, StepStarted, ToolResult, TurnEnded, TurnStarted,
-};
+use super::agent::{AgentState, AgentStatus};
+use super::event::{AgentSnapshot, AgentSpawned, EventKind, ForkOrigin, NewEvent, Recorded};
+use super::event::{SessionCompacted, SessionCreated};
+use super::history::History;
 use super::ids::{AgentId, EventId, SessionId};
-use super::plan::{decide_set, Outcome, PlanRecord, PlanView};
-use super::questions::{QuestionState, QuestionStatus};
-
-/// What an agent is doing, folded from its turn events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentStatus {
-    /// No turn is open.
-    Idle,
-    /// A turn is open.
-    Running,
-    /// A turn is open and waits on the user's answer to a question.
-    Waiting,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AgentState {
-    pub owner: Option<AgentId>,
-    pub plan: PlanRecord,
-    /// The open turn, if any.
-    pub turn: Option<String>,
-    /// The plan state described by this agent's last `step/started` header.
-    pub last_header_plan: Option<bool>,
-    /// Tool calls of the last answer that have no result yet.
-    pub open_calls: Vec<ToolCall>,
-    /// The open question the turn waits on.
-    pub waiting_on: Option<String>,
-}
-
-impl AgentState {
-    pub fn status(&self) -> AgentStatus {
-        if self.waiting_on.is_some() {
-            AgentStatus::Waiting
-        } else if self.turn.is_some() {
-            AgentStatus::Running
-        } else {
-            AgentStatus::Idle
-        }
-    }
-}
+use super::plan::{decide_set, Outcome, PlanProjection, PlanRecord, PlanView};
+use super::questions::QuestionState;
 
 /// A session folded up to `seq`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,12 +24,20 @@ pub struct SessionState {
     pub seq: u64,
     pub created_at: u64,
     pub parent: Option<ForkOrigin>,
-    pub agents: BTreeMap<AgentId, AgentState>,
+    /// The commit time of the event at `seq`: with `seq` it anchors a catch-up, so a cache
+    /// notices a log that no longer holds what it folded (Redis lost its data).
+    pub tail_ts: u64,
+    /// Persistent maps: a fold that changes one agent copies O(log n), never every agent.
+    pub agents: imbl::OrdMap<AgentId, AgentState>,
     /// Every question asked in this session, by id.
-    pub questions: BTreeMap<String, QuestionState>,
+    pub questions: imbl::OrdMap<String, QuestionState>,
     /// The seq of the last history-bearing event (user, assistant, tool) or snapshot: what a
     /// compaction summarized must still be the latest history when it commits.
     pub history_seq: u64,
+    /// The plan projection unit, folded alongside (independently of the agents' records).
+    pub plans: PlanProjection,
+    /// Approximate bytes held (histories, questions), for the per-replica cache's weight.
+    pub bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -102,6 +71,8 @@ pub enum DomainError {
     TurnRunning(AgentId),
     #[error("the session changed while it was being compacted; try again")]
     ChangedDuringCompaction,
+    #[error("this session already has {max} agents, the most a session may have")]
+    AgentLimit { max: usize },
 }
 
 impl SessionState {
@@ -148,7 +119,7 @@ impl SessionState {
                 match agents {
                     Some(agents) => self.restore(agents),
                     None => {
-                        self.agents.insert(e.agent.clone(), fresh_agent(None));
+                        self.agents.insert(e.agent.clone(), AgentState::new(None));
                     }
                 }
             }
@@ -169,7 +140,7 @@ impl SessionState {
                     return Err(fail(format!("owner `{o}` does not exist")));
                 }
                 self.agents
-                    .insert(e.agent.clone(), fresh_agent(owner.clone()));
+                    .insert(e.agent.clone(), AgentState::new(owner.clone()));
             }
             (kind, true) => {
                 if matches!(
@@ -180,10 +151,22 @@ impl SessionState {
                 ) {
                     self.history_seq = e.seq();
                 }
-                self.evolve_agent(e, kind).map_err(fail)?
+                let questions = &mut self.questions;
+                let agent = self
+                    .agents
+                    .get_mut(&e.agent)
+                    .ok_or_else(|| fail(format!("agent `{}` does not exist", e.agent)))?;
+                let before = agent.history.bytes();
+                agent.evolve(e, questions).map_err(fail)?;
+                self.bytes += agent.history.bytes().saturating_sub(before);
+                if let EventKind::QuestionAsked(q) = kind {
+                    self.bytes += q.detail.len();
+                }
             }
         }
+        self.plans.apply(e.agent.as_str(), &e.kind);
         self.seq = e.seq();
+        self.tail_ts = e.committed_at;
         Ok(())
     }
 
@@ -191,12 +174,14 @@ impl SessionState {
     /// turns, no open questions.
     fn restore(&mut self, agents: &[AgentSnapshot]) {
         for a in agents {
-            let mut state = fresh_agent(a.owner.clone());
+            let mut state = AgentState::new(a.owner.clone());
             state.plan = PlanRecord {
                 active: a.active,
                 target: a.pending,
             };
             state.last_header_plan = a.last_header_plan;
+            state.history = History::restore(&a.history);
+            self.bytes += state.history.bytes();
             self.agents.insert(a.id.clone(), state);
         }
     }
@@ -224,92 +209,6 @@ impl SessionState {
             .collect()
     }
 
-    /// Turn, step, tool and question events of one agent.
-    fn evolve_agent(&mut self, e: &Recorded, kind: &EventKind) -> Result<(), String> {
-        let questions = &mut self.questions;
-        let agent = self
-            .agents
-            .get_mut(&e.agent)
-            .ok_or_else(|| format!("agent `{}` does not exist", e.agent))?;
-        match kind {
-            EventKind::TurnStarted(TurnStarted { turn }) => {
-                if let Some(open) = &agent.turn {
-                    return Err(format!("turn `{turn}` started while `{open}` is open"));
-                }
-                agent.turn = Some(turn.clone());
-            }
-            EventKind::TurnEnded(TurnEnded { turn, .. }) => {
-                open_turn(agent, turn)?;
-                if !agent.open_calls.is_empty() {
-                    return Err(format!(
-                        "turn `{turn}` ended with tool calls that have no result"
-                    ));
-                }
-                agent.turn = None;
-                if let Some(q) = agent.waiting_on.take() {
-                    if let Some(q) = questions.get_mut(&q) {
-                        q.state = QuestionStatus::Aborted;
-                    }
-                }
-            }
-            EventKind::StepStarted(StepStarted { turn, header, .. }) => {
-                open_turn(agent, turn)?;
-                agent.last_header_plan = Some(header.plan.active);
-            }
-            EventKind::StepRetried(StepRetried { turn, .. }) => open_turn(agent, turn)?,
-            EventKind::AssistantMessage(AssistantMessage {
-                turn, tool_calls, ..
-            }) => {
-                open_turn(agent, turn)?;
-                agent.open_calls = tool_calls.clone();
-            }
-            EventKind::ToolResult(ToolResult { turn, call_id, .. }) => {
-                open_turn(agent, turn)?;
-                let before = agent.open_calls.len();
-                agent.open_calls.retain(|c| &c.id != call_id);
-                if agent.open_calls.len() == before {
-                    return Err(format!(
-                        "result for tool call `{call_id}`, which is not open"
-                    ));
-                }
-            }
-            EventKind::QuestionAsked(q) => {
-                open_turn(agent, &q.turn)?;
-                if questions.contains_key(&q.id) {
-                    return Err(format!("question `{}` asked twice", q.id));
-                }
-                agent.waiting_on = Some(q.id.clone());
-                questions.insert(
-                    q.id.clone(),
-                    QuestionState {
-                        agent: e.agent.clone(),
-                        asked: q.clone(),
-                        asked_at: e.id,
-                        state: QuestionStatus::Open,
-                        answer: None,
-                    },
-                );
-            }
-            EventKind::QuestionAnswered(QuestionAnswered { id, .. })
-            | EventKind::QuestionDismissed(QuestionDismissed { id }) => {
-                let q = questions
-                    .get_mut(id)
-                    .filter(|q| q.agent == e.agent && q.state == QuestionStatus::Open);
-                let q = q.ok_or_else(|| format!("question `{id}` is not open"))?;
-                q.state = match kind {
-                    EventKind::QuestionAnswered(a) => {
-                        q.answer = Some(a.clone());
-                        QuestionStatus::Answered
-                    }
-                    _ => QuestionStatus::Dismissed,
-                };
-                agent.waiting_on = None;
-            }
-            other => agent.plan.evolve(other),
-        }
-        Ok(())
-    }
-
     /// `set(agent, active)`: the outcome and the events that carry it out.
     pub fn decide_set_plan(
         &self,
@@ -330,7 +229,11 @@ impl SessionState {
     pub fn decide_spawn(
         &self,
         owner: Option<AgentId>,
+        max_agents: usize,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
+        if self.agents.len() >= max_agents {
+            return Err(DomainError::AgentLimit { max: max_agents });
+        }
         if let Some(o) = &owner {
             if !self.agents.contains_key(o) {
                 return Err(DomainError::OwnerNotFound(o.clone()));
@@ -355,7 +258,7 @@ impl SessionState {
             owner: a.owner.clone(),
             status: a.status(),
             plan: a.plan.view(),
-            turn: a.turn.clone(),
+            turn: a.turn_id().map(str::to_owned),
         })
     }
 
@@ -374,13 +277,6 @@ impl SessionState {
     }
 }
 
-fn open_turn(agent: &AgentState, turn: &str) -> Result<(), String> {
-    match &agent.turn {
-        Some(open) if open == turn => Ok(()),
-        _ => Err(format!("event for turn `{turn}`, which is not open")),
-    }
-}
-
 impl SessionState {
     /// Compaction: refused while any turn runs; otherwise a snapshot of every agent (recorded
     /// plan state, pending choice, last header) with `histories` in place of the events so far.
@@ -393,7 +289,7 @@ impl SessionState {
             return Err(DomainError::TurnRunning(id.clone()));
         }
         let agents = self.snapshot(|id| histories.get(id).cloned().unwrap_or_default(), true);
-        let event = EventKind::SessionCompacted(super::event::SessionCompacted {
+        let event = EventKind::SessionCompacted(SessionCompacted {
             summary: summary.to_owned(),
             created_at: self.created_at,
             parent: self.parent.clone(),
@@ -412,17 +308,6 @@ pub fn decide_create(
         &AgentId::root(),
         EventKind::SessionCreated(SessionCreated { parent, agents }),
     )]
-}
-
-fn fresh_agent(owner: Option<AgentId>) -> AgentState {
-    AgentState {
-        owner,
-        plan: PlanRecord::default(),
-        turn: None,
-        last_header_plan: None,
-        open_calls: Vec::new(),
-        waiting_on: None,
-    }
 }
 
 /// An agent as the API shows it.

@@ -1,16 +1,17 @@
-//! Forking and compacting sessions: both write a snapshot of what the fold needs, so later
-//! folds (and provider histories) start there instead of at the first event.
+//! Forking and compacting sessions: both write a snapshot of what the fold needs (plan state
+//! and provider history per agent), so later folds and requests start there instead of at the
+//! first event. Both read the folded session through [`Sessions`], never the log.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::assembly::{history, well_formed};
 use super::Engine;
 use crate::domain::event::ForkOrigin;
+use crate::domain::history::well_formed;
 use crate::domain::{DomainError, EventId, SessionId, SessionState};
-use crate::service::{ServiceError, Sessions};
+use crate::service::ServiceError;
 
 /// Attempts at a compaction whose session keeps changing underneath it.
 const COMPACT_ATTEMPTS: usize = 3;
@@ -21,11 +22,10 @@ impl Engine {
     /// pending choice. The parent is unchanged.
     pub async fn fork(
         &self,
-        sessions: &Sessions,
         sid: &SessionId,
         at: Option<EventId>,
     ) -> Result<(SessionId, Arc<SessionState>), ServiceError> {
-        let head = sessions.state(sid).await?;
+        let head = self.sessions.state(sid).await?;
         let at = at.map(EventId::seq).unwrap_or(head.seq);
         if at == 0 || at > head.seq {
             return Err(ServiceError::InvalidForkPoint(format!(
@@ -33,18 +33,23 @@ impl Engine {
                 head.seq
             )));
         }
-        let (state, events) = sessions.prefix(sid, Some(at)).await?;
-        if state.seq != at {
+        let Some(state) = self.sessions.state_at(sid, at).await? else {
             return Err(ServiceError::InvalidForkPoint(format!(
                 "`{at}-0` was compacted away in session `{sid}`; fork at a later event"
             )));
-        }
-        let agents = state.snapshot(|id| well_formed(history(&events, id, u64::MAX)), false);
+        };
+        let agents = state.snapshot(
+            |id| {
+                let history = state.agents.get(id).map(|a| a.history.all());
+                well_formed(history.unwrap_or_default())
+            },
+            false,
+        );
         let origin = ForkOrigin {
             session: sid.clone(),
             at: EventId(at),
         };
-        sessions.create(Some(origin), Some(agents)).await
+        self.sessions.create(Some(origin), Some(agents)).await
     }
 
     /// Compacts `sid`: the provider summarizes each agent's history, and a `session/compacted`
@@ -52,19 +57,18 @@ impl Engine {
     /// turn runs; plan state is unchanged.
     pub async fn compact(
         &self,
-        sessions: &Sessions,
         sid: &SessionId,
         trim: bool,
     ) -> Result<Arc<SessionState>, ServiceError> {
         for _ in 0..COMPACT_ATTEMPTS {
-            let (state, events) = sessions.prefix(sid, None).await?;
+            let state = self.sessions.state(sid).await?;
             if let Some((id, _)) = state.agents.iter().find(|(_, a)| a.turn.is_some()) {
                 return Err(DomainError::TurnRunning(id.clone()).into());
             }
             let mut histories = BTreeMap::new();
             let mut summary = String::new();
-            for id in state.agents.keys() {
-                let messages = history(&events, id, u64::MAX);
+            for (id, agent) in state.agents.iter() {
+                let messages = agent.history.all();
                 if messages.is_empty() {
                     continue;
                 }
@@ -79,7 +83,8 @@ impl Engine {
                 }
                 histories.insert(id.clone(), vec![note]);
             }
-            let decided = sessions
+            let decided = self
+                .sessions
                 .decide(sid, |s| {
                     if s.history_seq != state.history_seq {
                         return Err(DomainError::ChangedDuringCompaction);
@@ -90,7 +95,7 @@ impl Engine {
             match decided {
                 Ok(done) => {
                     if trim {
-                        self.log.trim(sid, done.state.seq).await?;
+                        self.sessions.trim(sid, done.state.seq).await?;
                     }
                     return Ok(done.state);
                 }

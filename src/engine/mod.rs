@@ -1,44 +1,47 @@
 //! The turn engine: prompts open turns, and every step of a turn runs behind a pre-step at the
 //! model-request boundary (DESIGN §2 "Turn / step").
 //!
-//! Placement across replicas: a turn is run by the replica holding its lease in Redis
+//! The engine decides nothing by itself: what a turn does next is read from the folded session
+//! ([`crate::domain::AgentState::next`]) and every decision (pre-step, retry, answer, tool
+//! result, end) is a domain function committed through [`Sessions::decide`], the one
+//! compare-and-append path. A runner acting on a stale view appends nothing.
+//!
+//! Placement across replicas: a turn is run by the replica holding its lease
 //! ([`crate::store::TurnLeases`]); the holder renews it every second. If the holder dies, its
-//! lease expires and any replica's sweeper claims the turn and continues it from the log —
-//! [`crate::domain::turn::next_action`] reads from the log alone what comes next, and a step
-//! whose answer is missing is retried with its frozen request. Answers are fenced: only the
-//! replica that owns the step's current attempt may record its answer, so a paused replica
-//! that wakes up cannot duplicate one.
+//! lease expires and any replica's sweeper claims the turn and continues it from the log; a step
+//! whose answer is missing is retried with its frozen request. Answers are fenced by the step's
+//! attempt: only the runner that committed an attempt can record its answer. A replica that
+//! stops hands its leases over (expired at once), so another continues within a sweep.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::composition::Composition;
-use crate::domain::plan::review::{review, ReviewStep};
-use crate::domain::plan::EXIT_TOOL;
-use crate::domain::turn::Prompted;
-use crate::domain::turn::{next_action, Next};
-use crate::domain::{AgentId, NewEvent, SessionId, SessionState};
-use crate::service::{ServiceError, Sessions};
-use crate::store::{EventLog, LiveBus, StoreError, TurnLeases};
+use crate::domain::turn::{Prompted, TurnRules};
+use crate::domain::{AgentId, DomainError, NewEvent, Next, SessionId, SessionState};
+use crate::service::{Decided, ServiceError, Sessions};
+use crate::store::{LiveBus, StoreError, TurnLeases};
 
 pub mod assembly;
+mod deltas;
 mod lifecycle;
 pub mod provider;
 mod runner;
-pub mod tools;
 
 use assembly::Prompting;
 use provider::ModelClient;
-use runner::Transcript;
+
+/// Default of `DSH_MAX_STEPS`: steps one turn may take.
+pub const DEFAULT_MAX_STEPS: u32 = 50;
 
 /// Timing of leases and polling.
 #[derive(Clone, Debug)]
 pub struct Timing {
     pub lease_ttl: Duration,
     pub renew_every: Duration,
+    /// How often a replica looks for expired (or handed-over) leases to adopt.
     pub sweep_every: Duration,
     /// How often a running step looks for a cancel in the log.
     pub poll_every: Duration,
@@ -49,23 +52,10 @@ impl Default for Timing {
         Self {
             lease_ttl: Duration::from_millis(3000),
             renew_every: Duration::from_millis(1000),
-            sweep_every: Duration::from_millis(1000),
+            sweep_every: Duration::from_millis(250),
             poll_every: Duration::from_millis(200),
         }
     }
-}
-
-/// An assistant text delta, streamed live to every replica's subscribers and never recorded.
-#[derive(Clone, Debug, Serialize)]
-pub struct Delta {
-    /// Always `assistant/delta`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub session: String,
-    pub agent: String,
-    pub turn: String,
-    pub step: u32,
-    pub text: String,
 }
 
 /// One turn, named in leases as `<session> <agent> <turn>`.
@@ -91,11 +81,10 @@ impl TurnRef {
 }
 
 pub struct Engine {
-    /// Whether `questions` is composed: without it, reviews fail closed.
-    questions: bool,
+    sessions: Arc<Sessions>,
+    rules: TurnRules,
     /// The serialized tool list (identical in both plan states).
     tools: serde_json::Value,
-    log: Arc<dyn EventLog>,
     leases: Arc<dyn TurnLeases>,
     provider: Arc<dyn ModelClient>,
     prompting: Prompting,
@@ -103,10 +92,11 @@ pub struct Engine {
     /// Lease owner token: the replica id plus a per-process nonce.
     owner: String,
     timing: Timing,
-    /// Deltas go out in order through one publisher task per replica.
-    deltas: tokio::sync::mpsc::UnboundedSender<String>,
+    deltas: deltas::Publisher,
     /// Turns this process is running, so a sweep never starts a second runner here.
     running: Mutex<HashSet<String>>,
+    /// Set when the replica stops: no adoption, runners hand their turns over.
+    stopping: tokio::sync::watch::Sender<bool>,
     /// The runtime turn runners live on (not an HTTP worker's), so they outlive requests.
     runtime: tokio::runtime::Handle,
 }
@@ -123,55 +113,65 @@ enum Exit {
 #[derive(Debug, thiserror::Error)]
 enum TurnStop {
     #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("the session log is corrupt: {0}")]
-    Corrupt(#[from] crate::domain::FoldError),
+    Service(#[from] ServiceError),
     #[error("the lease on this turn was lost")]
     LeaseLost,
+    #[error("this replica is stopping")]
+    Stopping,
+}
+
+impl From<StoreError> for TurnStop {
+    fn from(e: StoreError) -> Self {
+        Self::Service(e.into())
+    }
+}
+
+/// What a settings file gives the engine.
+pub struct EngineConfig {
+    pub replica: String,
+    pub timing: Timing,
+    pub max_steps: u32,
 }
 
 impl Engine {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        log: Arc<dyn EventLog>,
+        sessions: Arc<Sessions>,
         live: Arc<dyn LiveBus>,
         leases: Arc<dyn TurnLeases>,
         provider: Arc<dyn ModelClient>,
         prompting: Prompting,
         composition: &Composition,
-        replica: String,
-        timing: Timing,
+        config: EngineConfig,
     ) -> Arc<Self> {
-        let owner = format!("{replica}#{}", uuid::Uuid::now_v7().simple());
+        let owner = format!("{}#{}", config.replica, uuid::Uuid::now_v7().simple());
         Arc::new(Self {
-            questions: composition.questions,
+            sessions,
+            rules: TurnRules {
+                max_steps: config.max_steps.max(1),
+                exit_tool: composition.plan_mode.is_some(),
+                questions: composition.questions,
+            },
             tools: assembly::tools(composition.plan_mode.is_some()),
-            log,
             leases,
             provider,
             prompting,
-            replica,
+            replica: config.replica,
             owner,
-            timing,
-            deltas: {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-                tokio::spawn(async move {
-                    while let Some(json) = rx.recv().await {
-                        if let Err(e) = live.publish(json).await {
-                            tracing::debug!(error = %e, "a delta was not published");
-                        }
-                    }
-                });
-                tx
-            },
+            timing: config.timing,
+            deltas: deltas::Publisher::start(live),
             running: Mutex::new(HashSet::new()),
+            stopping: tokio::sync::watch::channel(false).0,
             runtime: tokio::runtime::Handle::current(),
         })
     }
 
+    fn running(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Turns this replica is running now.
     pub fn running_turns(&self) -> usize {
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.running().len()
     }
 
     pub fn provider_name(&self) -> &'static str {
@@ -187,14 +187,23 @@ impl Engine {
         &self.tools
     }
 
-    /// Starts the sweeper that adopts turns whose replica died. Runs until the runtime stops.
+    fn ttl_ms(&self) -> u64 {
+        self.timing.lease_ttl.as_millis() as u64
+    }
+
+    /// Starts the sweeper that adopts turns whose replica died or handed them over. It runs
+    /// until the engine stops.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let engine = Arc::downgrade(self);
         let every = self.timing.sweep_every;
+        let mut stopping = self.stopping.subscribe();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped(&mut stopping) => return,
+                }
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
@@ -203,9 +212,23 @@ impl Engine {
         })
     }
 
+    /// Stops adopting turns and hands every running turn over at its next safe point (a
+    /// provider request in flight is abandoned; its step is retried elsewhere with the same
+    /// frozen request). Waits up to `grace` for the runners to let go.
+    pub async fn stop(&self, grace: Duration) {
+        self.stopping.send_replace(true);
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.running_turns() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     async fn sweep(self: &Arc<Self>) {
-        let ttl = self.timing.lease_ttl.as_millis() as u64;
-        match self.leases.claim_expired(&self.owner, ttl, 16).await {
+        match self
+            .leases
+            .claim_expired(&self.owner, self.ttl_ms(), 16)
+            .await
+        {
             Ok(members) => {
                 for member in members {
                     match TurnRef::parse(&member) {
@@ -214,7 +237,9 @@ impl Engine {
                             self.spawn_turn(t);
                         }
                         None => {
-                            let _ = self.leases.release(&member, &self.owner).await;
+                            if let Err(e) = self.leases.release(&member, &self.owner).await {
+                                tracing::warn!(error = %e, "releasing a malformed lease failed");
+                            }
                         }
                     }
                 }
@@ -226,13 +251,11 @@ impl Engine {
     /// A prompt: opens a turn on an idle agent (and runs it), or steers the running turn.
     pub async fn prompt(
         self: &Arc<Self>,
-        sessions: &Sessions,
         sid: &SessionId,
         agent: &AgentId,
         text: &str,
     ) -> Result<Prompted, ServiceError> {
         self.submit(
-            sessions,
             sid,
             agent,
             |s, turn| s.decide_prompt(agent, text, turn),
@@ -246,23 +269,23 @@ impl Engine {
     /// did), and runs that turn here.
     pub async fn submit<T>(
         self: &Arc<Self>,
-        sessions: &Sessions,
         sid: &SessionId,
         agent: &AgentId,
-        decide: impl Fn(&SessionState, &str) -> Result<(T, Vec<NewEvent>), crate::domain::DomainError>,
+        decide: impl Fn(&SessionState, &str) -> Result<(T, Vec<NewEvent>), DomainError>,
         opened: impl Fn(&T) -> Option<&Prompted>,
-    ) -> Result<crate::service::Decided<T>, ServiceError> {
+    ) -> Result<Decided<T>, ServiceError> {
         let turn = format!("turn-{}", uuid::Uuid::now_v7().simple());
         let t = TurnRef {
             sid: sid.clone(),
             agent: agent.clone(),
             turn,
         };
-        let ttl = self.timing.lease_ttl.as_millis() as u64;
         // The lease exists before the turn does: a crash right after the commit leaves a lease
         // that expires and gets adopted, never an open turn nobody will run.
-        self.leases.acquire(&t.member(), &self.owner, ttl).await?;
-        let decided = sessions.decide(sid, |s| decide(s, &t.turn)).await;
+        self.leases
+            .acquire(&t.member(), &self.owner, self.ttl_ms())
+            .await?;
+        let decided = self.sessions.decide(sid, |s| decide(s, &t.turn)).await;
         let started = decided
             .as_ref()
             .ok()
@@ -283,26 +306,28 @@ impl Engine {
     /// another replica adopts, never a waiting turn nobody resumes.
     pub async fn close_question(
         self: &Arc<Self>,
-        sessions: &Sessions,
         sid: &SessionId,
         qid: &str,
-        decide: impl Fn(&SessionState) -> Result<(AgentId, Vec<NewEvent>), crate::domain::DomainError>,
-    ) -> Result<crate::service::Decided<AgentId>, ServiceError> {
-        let state = sessions.state(sid).await?;
+        decide: impl Fn(&SessionState) -> Result<(AgentId, Vec<NewEvent>), DomainError>,
+    ) -> Result<Decided<AgentId>, ServiceError> {
+        let state = self.sessions.state(sid).await?;
         let turn = state.questions.get(qid).map(|q| TurnRef {
             sid: sid.clone(),
             agent: q.agent.clone(),
             turn: q.asked.turn.clone(),
         });
-        let ttl = self.timing.lease_ttl.as_millis() as u64;
         let mut leased = None;
         if let Some(t) = turn {
             // Held elsewhere: that runner is leaving and re-checks the log after it lets go.
-            if self.leases.acquire(&t.member(), &self.owner, ttl).await? {
+            if self
+                .leases
+                .acquire(&t.member(), &self.owner, self.ttl_ms())
+                .await?
+            {
                 leased = Some(t);
             }
         }
-        let decided = sessions.decide(sid, decide).await;
+        let decided = self.sessions.decide(sid, decide).await;
         match (&decided, leased) {
             (Ok(_), Some(t)) => self.spawn_turn(t),
             (Err(ServiceError::Store(_)), _) | (_, None) => {}
@@ -311,120 +336,104 @@ impl Engine {
         decided
     }
 
-    /// Continues `agent`'s open turn here, if no replica holds it.
-    async fn resume(
-        self: &Arc<Self>,
-        state: &SessionState,
-        sid: &SessionId,
-        agent: &AgentId,
-    ) -> Result<(), ServiceError> {
-        let Some(turn) = state.agents.get(agent).and_then(|a| a.turn.clone()) else {
-            return Ok(());
-        };
-        let t = TurnRef {
-            sid: sid.clone(),
-            agent: agent.clone(),
-            turn,
-        };
-        let ttl = self.timing.lease_ttl.as_millis() as u64;
-        if self.leases.acquire(&t.member(), &self.owner, ttl).await? {
-            self.spawn_turn(t);
-        }
-        Ok(())
-    }
-
-    /// Ends the agent's running turn from any replica; the replica running it aborts the
+    /// Ends the agent's running turn from any replica; the replica running it abandons the
     /// provider request when it sees the end in the log. Pending plan choices are kept.
     pub async fn cancel(
         &self,
-        sessions: &Sessions,
         sid: &SessionId,
         agent: &AgentId,
     ) -> Result<Option<String>, ServiceError> {
-        let done = sessions
-            .decide(sid, |s| s.decide_end_turn(agent, None, "cancelled"))
+        let done = self
+            .sessions
+            .decide(sid, |s| {
+                s.decide_end_turn(agent, None, crate::domain::agent::reason::CANCELLED)
+            })
             .await?;
         Ok(done.value)
     }
 
     fn spawn_turn(self: &Arc<Self>, t: TurnRef) {
         let member = t.member();
-        if !self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(member.clone())
-        {
+        if !self.running().insert(member.clone()) {
             return;
         }
         let engine = self.clone();
         self.runtime.spawn(async move {
-            let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            // Leaves the running set however the runner ends, a panic included.
+            let _running = Running(&engine, &member);
+            let lost = Arc::new(AtomicBool::new(false));
             let renew = engine.clone().keep_lease(member.clone(), lost.clone());
             let result = engine.run_turn(&t, &lost).await;
             renew.abort();
-            match result {
-                Ok(exit) => {
-                    let _ = engine.leases.release(&member, &engine.owner).await;
-                    engine
-                        .running
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&member);
-                    if exit == Exit::Waiting {
-                        // An answer that landed while we were leaving found the lease taken:
-                        // look once more, now that it is free.
-                        engine.recheck(t).await;
-                    }
-                    return;
+            let let_go = match &result {
+                Ok(_) => engine.leases.release(&member, &engine.owner).await,
+                Err(TurnStop::Stopping) => {
+                    tracing::info!(%member, "handing the turn over: this replica is stopping");
+                    engine.leases.handoff(&member, &engine.owner).await
                 }
                 Err(TurnStop::LeaseLost) => {
-                    tracing::warn!(%member, "lost the lease; another replica continues")
+                    tracing::warn!(%member, "lost the lease; another replica continues");
+                    Ok(())
                 }
-                // The lease expires and another replica (or this one) tries again from the log.
-                Err(e) => tracing::error!(%member, error = %e, "turn runner stopped"),
+                // An outage: the lease expires and a replica (maybe this one) tries again.
+                Err(TurnStop::Service(e @ (ServiceError::Store(_) | ServiceError::Contention))) => {
+                    tracing::warn!(%member, error = %e, "turn runner interrupted; it resumes once its lease expires");
+                    Ok(())
+                }
+                // The session is gone or its log cannot be folded: adopting it again would
+                // fail the same way, forever.
+                Err(TurnStop::Service(e)) => {
+                    tracing::error!(%member, error = %e, "turn runner stopped for good");
+                    engine.leases.release(&member, &engine.owner).await
+                }
+            };
+            if let Err(e) = let_go {
+                tracing::warn!(%member, error = %e, "letting go of the lease failed; it expires");
             }
-            engine
-                .running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&member);
+            drop(_running);
+            if matches!(result, Ok(Exit::Waiting)) {
+                // An answer that landed while we were leaving found the lease taken: look
+                // once more, now that it is free.
+                engine.recheck(t).await;
+            }
         });
     }
 
+    /// Continues a turn here if it has something to do and no replica holds it.
     async fn recheck(self: &Arc<Self>, t: TurnRef) {
-        let Ok(tx) = Transcript::load(self.log.clone(), t.sid.clone()).await else {
-            return;
+        let state = match self.sessions.state(&t.sid).await {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(session = %t.sid, error = %e, "re-checking a waiting turn failed; its answer resumes it");
+                return;
+            }
         };
-        let waiting = matches!(next_action(&tx.events, &t.agent, &t.turn), Next::Closed)
-            || matches!(self.next_tool_step(&tx, &t), Some(ReviewStep::Wait));
-        if !waiting {
-            let _ = self.resume(&tx.state, &t.sid, &t.agent).await;
+        if matches!(
+            state.next(&t.agent, &t.turn, self.rules),
+            Next::Closed | Next::Wait
+        ) {
+            return;
         }
-    }
-
-    /// For a turn whose next action is running tools: what the first exit call's review does.
-    fn next_tool_step(&self, tx: &Transcript, t: &TurnRef) -> Option<ReviewStep> {
-        match next_action(&tx.events, &t.agent, &t.turn) {
-            Next::RunTools { calls } => calls
-                .iter()
-                .find(|c| c.name == EXIT_TOOL && !self.tools_is_empty())
-                .map(|c| review(&tx.state, &t.agent, &t.turn, c, self.questions)),
-            _ => None,
+        match self
+            .leases
+            .acquire(&t.member(), &self.owner, self.ttl_ms())
+            .await
+        {
+            Ok(true) => self.spawn_turn(t),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(session = %t.sid, error = %e, "re-checking a waiting turn failed; its answer resumes it")
+            }
         }
-    }
-
-    fn tools_is_empty(&self) -> bool {
-        self.tools.as_array().is_none_or(|t| t.is_empty())
     }
 
     fn keep_lease(
         self: Arc<Self>,
         member: String,
-        lost: Arc<std::sync::atomic::AtomicBool>,
+        lost: Arc<AtomicBool>,
     ) -> tokio::task::JoinHandle<()> {
         self.runtime.clone().spawn(async move {
-            let ttl = self.timing.lease_ttl.as_millis() as u64;
+            let ttl = self.ttl_ms();
             let mut tick = tokio::time::interval(self.timing.renew_every);
             let mut renewed = tokio::time::Instant::now();
             loop {
@@ -432,18 +441,33 @@ impl Engine {
                 match self.leases.renew(&member, &self.owner, ttl).await {
                     Ok(true) => renewed = tokio::time::Instant::now(),
                     Ok(false) => {
-                        lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                        lost.store(true, Ordering::SeqCst);
                         return;
                     }
                     // Unrenewed past its ttl, the lease may be someone else's by now.
                     Err(e) if renewed.elapsed() >= self.timing.lease_ttl => {
                         tracing::warn!(error = %e, "lease renewal failed past its ttl; stopping");
-                        lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                        lost.store(true, Ordering::SeqCst);
                         return;
                     }
                     Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
                 }
             }
         })
+    }
+}
+
+/// Resolves once the engine is stopping.
+async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    // A closed channel means the engine is gone: stopping too.
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// A turn in this process's running set, until dropped.
+struct Running<'a>(&'a Engine, &'a str);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running().remove(self.1);
     }
 }

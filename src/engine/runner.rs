@@ -1,374 +1,143 @@
-//! Running one turn: the loop that reads from the log what comes next and does it — the
-//! pre-step and step, tool calls (with the plan review), and the end — plus the runner's own
-//! copy of the session log.
+//! Running one turn: read from the folded session what comes next and do it — the pre-step
+//! and step, a retry, the tool calls (with the plan review), the end — each as a domain
+//! decision committed through [`crate::service::Sessions::decide`].
+//!
+//! The runner keeps no events of its own. It reads the session through the replica's fold
+//! cache (one range read past what the fold has seen), and a decision made on a view that the
+//! log has left behind is made again on the newer state, or appends nothing.
 
-use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::assembly::{history, tools_hash, ModelRequest};
+use super::assembly::ModelRequest;
+use super::deltas::Delta;
 use super::provider::Completion;
-use super::{tools, Delta, Engine, Exit, TurnRef, TurnStop};
-use crate::domain::event::{
-    AssistantMessage, PlanMode, StepHeader, StepRetried, StepStarted, ToolCall, ToolResult,
-};
-use crate::domain::plan::review::{review, ReviewStep};
-use crate::domain::plan::{decide_prestep, EXIT_TOOL};
-use crate::domain::turn::{current_attempt, next_action, Next};
-use crate::domain::{EventKind, NewEvent, Recorded, SessionId, SessionState};
-use crate::store::{stamp, Append, EventLog};
+use super::{Engine, Exit, TurnRef, TurnStop};
+use crate::domain::turn::StepRequest;
+use crate::domain::{Next, SessionState};
 
 impl Engine {
-    pub(super) async fn run_turn(
-        &self,
-        t: &TurnRef,
-        lost: &std::sync::atomic::AtomicBool,
-    ) -> Result<Exit, TurnStop> {
-        let mut tx = Transcript::load(self.log.clone(), t.sid.clone()).await?;
+    pub(super) async fn run_turn(&self, t: &TurnRef, lost: &AtomicBool) -> Result<Exit, TurnStop> {
+        let stopping = self.stopping.subscribe();
+        let mut state = self.sessions.state(&t.sid).await?;
         loop {
-            if lost.load(std::sync::atomic::Ordering::SeqCst) {
+            if lost.load(Ordering::SeqCst) {
                 return Err(TurnStop::LeaseLost);
             }
-            tx.refresh().await?;
-            match next_action(&tx.events, &t.agent, &t.turn) {
+            if *stopping.borrow() {
+                return Err(TurnStop::Stopping);
+            }
+            let (rules, agent, turn) = (self.rules, &t.agent, t.turn.as_str());
+            state = match state.next(agent, turn, rules) {
                 Next::Closed => return Ok(Exit::Closed),
-                Next::End => {
-                    tx.commit(|tx| {
-                        (next_action(&tx.events, &t.agent, &t.turn) == Next::End)
-                            .then(|| {
-                                tx.state
-                                    .decide_end_turn(&t.agent, Some(&t.turn), "completed")
-                                    .ok()
-                            })
-                            .flatten()
-                            .map(|(_, events)| ((), events))
-                    })
-                    .await?;
+                Next::Wait => return Ok(Exit::Waiting),
+                Next::End { .. } => {
+                    let d = self
+                        .sessions
+                        .decide(&t.sid, |s| s.decide_finish(agent, turn, rules));
+                    d.await?.state
+                }
+                Next::RunTool(_) => {
+                    let d = self
+                        .sessions
+                        .decide(&t.sid, |s| s.decide_tool(agent, turn, rules));
+                    d.await?.state
                 }
                 Next::NewStep { step } => {
-                    let committed = tx
-                        .commit(|tx| {
-                            (next_action(&tx.events, &t.agent, &t.turn) == Next::NewStep { step })
-                                .then(|| self.prestep(tx, t, step))
-                        })
-                        .await?;
-                    if let Some((request, _)) = committed {
-                        self.run_step(&mut tx, t, step, 1, request, lost).await?;
-                    }
-                }
-                Next::Retry {
-                    step,
-                    attempt,
-                    header_seq,
-                    started,
-                } => {
-                    let retried = StepRetried {
-                        turn: t.turn.clone(),
-                        step,
-                        attempt,
-                        replica: self.replica.clone(),
-                        reason: "resumed".into(),
+                    let frame = |active: bool, messages: &_| {
+                        self.prompting.frame(active, messages, &self.tools)
                     };
-                    let committed = tx
-                        .commit(|tx| {
-                            let still = matches!(next_action(&tx.events, &t.agent, &t.turn), Next::Retry { step: s, attempt: a, .. } if s == step && a == attempt);
-                            still.then(|| ((), vec![NewEvent::new(&t.agent, EventKind::StepRetried(retried.clone()))]))
-                        })
-                        .await?;
-                    if committed.is_some() {
-                        let request = ModelRequest::for_step(
-                            &tx.events,
-                            &t.agent,
-                            header_seq,
-                            &started,
-                            self.tools.clone(),
-                        );
-                        if request.hash() != started.header.assembly_hash {
-                            tracing::error!(turn = %t.turn, step, "the rebuilt request differs from the frozen assembly");
-                        }
-                        self.run_step(&mut tx, t, step, attempt, request, lost)
-                            .await?;
+                    let d = self.sessions.decide(&t.sid, |s| {
+                        s.decide_step(agent, turn, step, rules, &self.replica, &frame)
+                    });
+                    let d = d.await?;
+                    match d.value {
+                        Some(request) => self.run_step(t, (step, 1), request, lost).await?,
+                        None => d.state,
                     }
                 }
-                Next::RunTools { calls } => {
-                    if self.run_tools(&mut tx, t, calls).await? == Some(Exit::Waiting) {
-                        return Ok(Exit::Waiting);
+                Next::Retry { step, attempt } => {
+                    let d = self.sessions.decide(&t.sid, |s| {
+                        s.decide_retry(agent, turn, (step, attempt), rules, &self.replica)
+                    });
+                    let d = d.await?;
+                    match d.value {
+                        Some(request) => self.run_step(t, (step, attempt), request, lost).await?,
+                        None => d.state,
                     }
                 }
-            }
-        }
-    }
-
-    /// Runs the answer's open tool calls in order; `Some(Waiting)` when a review waits on the
-    /// user.
-    async fn run_tools(
-        &self,
-        tx: &mut Transcript,
-        t: &TurnRef,
-        calls: Vec<ToolCall>,
-    ) -> Result<Option<Exit>, TurnStop> {
-        for call in calls {
-            // Decided afresh on every attempt of the append, so what is committed (a question
-            // id, a queued exit) always fits the log it lands on.
-            let decide = |tx: &Transcript| -> Option<(ReviewStep, Vec<NewEvent>)> {
-                let agent = tx.state.agents.get(&t.agent)?;
-                let open = agent.open_calls.iter().any(|c| c.id == call.id);
-                if !open || agent.turn.as_deref() != Some(t.turn.as_str()) {
-                    return None;
-                }
-                let step = if call.name == EXIT_TOOL && !self.tools_is_empty() {
-                    review(&tx.state, &t.agent, &t.turn, &call, self.questions)
-                } else {
-                    let (ok, result) = tools::unknown(&call);
-                    ReviewStep::Done {
-                        ok,
-                        result,
-                        then: vec![],
-                    }
-                };
-                let events = match &step {
-                    ReviewStep::Wait => vec![],
-                    ReviewStep::Ask(q) => {
-                        vec![NewEvent::new(&t.agent, EventKind::QuestionAsked(q.clone()))]
-                    }
-                    ReviewStep::Done { ok, result, then } => {
-                        let r = ToolResult {
-                            turn: t.turn.clone(),
-                            call_id: call.id.clone(),
-                            name: call.name.clone(),
-                            ok: *ok,
-                            result: result.clone(),
-                        };
-                        let mut events = vec![NewEvent::new(&t.agent, EventKind::ToolResult(r))];
-                        events.extend(then.iter().cloned().map(|k| NewEvent::new(&t.agent, k)));
-                        events
-                    }
-                };
-                Some((step, events))
             };
-            match tx.commit(decide).await? {
-                Some((ReviewStep::Wait, _)) => return Ok(Some(Exit::Waiting)),
-                Some((ReviewStep::Done { .. }, _)) => {}
-                // A question was asked (the next read finds it waiting), or someone else moved
-                // the turn on: re-read what comes next from the log.
-                Some((ReviewStep::Ask(_), _)) | None => return Ok(None),
-            }
         }
-        Ok(None)
     }
 
-    /// The pre-step: commit the pending choice, notify if the state differs from the last
-    /// header, freeze the request and record its header — all in one atomic append.
-    fn prestep(&self, tx: &Transcript, t: &TurnRef, step: u32) -> (ModelRequest, Vec<NewEvent>) {
-        let agent = &tx.state.agents[&t.agent];
-        let (active, plan_events) = decide_prestep(agent.plan, agent.last_header_plan);
-        let mut events: Vec<NewEvent> = plan_events
-            .into_iter()
-            .map(|k| NewEvent::new(&t.agent, k))
-            .collect();
-        let (system, sections) = self.prompting.system(active);
-        // History: what is recorded, then what this append adds before the header.
-        let mut messages = history(&tx.events, &t.agent, u64::MAX);
-        messages.extend(history(
-            &stamp(&events, tx.state.seq + 1, 0),
-            &t.agent,
-            u64::MAX,
-        ));
-        let request = ModelRequest {
-            system: system.clone(),
-            messages,
-            tools: self.tools.clone(),
-        };
-        let header = StepHeader {
-            plan: PlanMode { active },
-            sections,
-            tools_hash: tools_hash(&self.tools),
-            assembly_hash: request.hash(),
-            replica: self.replica.clone(),
-        };
-        events.push(NewEvent::new(
-            &t.agent,
-            EventKind::StepStarted(StepStarted {
-                turn: t.turn.clone(),
-                step,
-                header,
-                system,
-            }),
-        ));
-        (request, events)
-    }
-
-    /// Sends a step's frozen request and records the answer, unless the turn was cancelled
-    /// or another replica took the step over meanwhile.
+    /// Sends attempt `at` of a step's frozen request and records the answer (or the failure),
+    /// unless the turn was cancelled or the attempt superseded meanwhile — then the request is
+    /// abandoned. Returns the session as the recording left it.
     async fn run_step(
         &self,
-        tx: &mut Transcript,
         t: &TurnRef,
-        step: u32,
-        attempt: u32,
-        request: ModelRequest,
-        lost: &std::sync::atomic::AtomicBool,
-    ) -> Result<(), TurnStop> {
-        let deltas = self.deltas.clone();
-        let (sid, agent, turn) = (t.sid.to_string(), t.agent.to_string(), t.turn.clone());
-        let on_delta = move |text: &str| {
-            let delta = Delta {
+        at: (u32, u32),
+        request: StepRequest,
+        lost: &AtomicBool,
+    ) -> Result<Arc<SessionState>, TurnStop> {
+        let (agent, turn) = (&t.agent, t.turn.as_str());
+        let frozen = request.assembly_hash;
+        let request = ModelRequest {
+            system: request.system,
+            messages: request.messages,
+            tools: self.tools.clone(),
+        };
+        if at.1 > 1 && request.hash() != frozen {
+            tracing::error!(%turn, step = at.0, "the rebuilt request differs from the frozen assembly");
+        }
+        let on_delta = |text: &str| {
+            self.deltas.send(&Delta {
                 kind: "assistant/delta",
-                session: sid.clone(),
-                agent: agent.clone(),
-                turn: turn.clone(),
-                step,
-                text: text.to_owned(),
-            };
-            let _ = deltas.send(serde_json::to_string(&delta).unwrap_or_default());
+                session: t.sid.as_str(),
+                agent: agent.as_str(),
+                turn,
+                step: at.0,
+                attempt: at.1,
+                text,
+            })
         };
         let call = self.provider.complete(&request, &on_delta);
         tokio::pin!(call);
-        let mut poll = tokio::time::interval(self.timing.poll_every);
+        let mut stopping = self.stopping.subscribe();
+        let start = tokio::time::Instant::now() + self.timing.poll_every;
+        let mut poll = tokio::time::interval_at(start, self.timing.poll_every);
         let outcome = loop {
             tokio::select! {
                 result = &mut call => break result,
+                _ = super::stopped(&mut stopping) => return Err(TurnStop::Stopping),
                 _ = poll.tick() => {
-                    if lost.load(std::sync::atomic::Ordering::SeqCst) {
+                    if lost.load(Ordering::SeqCst) {
                         return Err(TurnStop::LeaseLost);
                     }
-                    tx.refresh().await?;
-                    if next_action(&tx.events, &t.agent, &t.turn) == Next::Closed {
-                        tracing::info!(turn = %t.turn, step, "turn ended while its step ran; request aborted");
-                        return Ok(());
+                    let state = self.sessions.state(&t.sid).await?;
+                    if !state.holds_attempt(agent, turn, at) {
+                        tracing::info!(%turn, step = at.0, "the step was cancelled or taken over; request abandoned");
+                        return Ok(state);
                     }
                 }
             }
         };
-        let mine = |tx: &Transcript| {
-            next_action(&tx.events, &t.agent, &t.turn) != Next::Closed
-                && current_attempt(&tx.events, &t.agent, &t.turn).is_some_and(|a| {
-                    a.step == step
-                        && a.attempt == attempt
-                        && a.replica == self.replica
-                        && !a.answered
-                })
-        };
-        match outcome {
+        let decided = match outcome {
             Ok(Completion { text, tool_calls }) => {
-                let message = AssistantMessage {
-                    turn: t.turn.clone(),
-                    step,
-                    text,
-                    tool_calls: unique_call_ids(tool_calls, &t.turn, step),
-                };
-                tx.commit(|tx| {
-                    mine(tx).then(|| {
-                        (
-                            (),
-                            vec![NewEvent::new(
-                                &t.agent,
-                                EventKind::AssistantMessage(message.clone()),
-                            )],
-                        )
-                    })
-                })
-                .await?;
+                self.deltas.flush().await;
+                let d = self.sessions.decide(&t.sid, |s| {
+                    s.decide_model_answer(agent, turn, at, text.clone(), tool_calls.clone())
+                });
+                d.await?
             }
             Err(e) => {
-                tracing::warn!(turn = %t.turn, step, error = %e, "the provider failed; ending the turn");
-                tx.commit(|tx| {
-                    mine(tx)
-                        .then(|| {
-                            tx.state
-                                .decide_end_turn(&t.agent, Some(&t.turn), "failed")
-                                .ok()
-                        })
-                        .flatten()
-                        .map(|(_, events)| ((), events))
-                })
-                .await?;
+                tracing::warn!(%turn, step = at.0, error = %e, "the provider failed; ending the turn");
+                let d = self
+                    .sessions
+                    .decide(&t.sid, |s| s.decide_failed(agent, turn, at));
+                d.await?
             }
-        }
-        Ok(())
-    }
-}
-
-/// Tool-call ids as recorded: unique within the answer and never empty (some compatible
-/// servers omit them), so every result names exactly one call.
-fn unique_call_ids(calls: Vec<ToolCall>, turn: &str, step: u32) -> Vec<ToolCall> {
-    let mut seen = HashSet::new();
-    calls
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut c)| {
-            if c.id.is_empty() || !seen.insert(c.id.clone()) {
-                c.id = format!("call-{}-{step}-{i}", turn.trim_start_matches("turn-"));
-                seen.insert(c.id.clone());
-            }
-            c
-        })
-        .collect()
-}
-
-/// A turn runner's own copy of one session log and its fold, caught up on demand.
-pub(super) struct Transcript {
-    pub(super) log: Arc<dyn EventLog>,
-    pub(super) sid: SessionId,
-    pub(super) events: Vec<Recorded>,
-    pub(super) state: SessionState,
-}
-
-impl Transcript {
-    pub(super) async fn load(log: Arc<dyn EventLog>, sid: SessionId) -> Result<Self, TurnStop> {
-        let mut tx = Self {
-            log,
-            sid,
-            events: Vec::new(),
-            state: SessionState::default(),
         };
-        tx.refresh().await?;
-        Ok(tx)
-    }
-
-    fn apply(&mut self, events: Vec<Recorded>) -> Result<(), TurnStop> {
-        for e in events {
-            if e.seq() <= self.state.seq {
-                continue;
-            }
-            self.state.evolve(&e)?;
-            self.events.push(e);
-        }
-        Ok(())
-    }
-
-    async fn refresh(&mut self) -> Result<(), TurnStop> {
-        loop {
-            let batch = self.log.read(&self.sid, self.state.seq, 10_000).await?;
-            let done = batch.len() < 10_000;
-            self.apply(batch)?;
-            if done {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Appends what `decide` returns on the current log; on a conflict, catches up and asks
-    /// again. `None` from `decide` means there is nothing (left) to do.
-    async fn commit<T>(
-        &mut self,
-        mut decide: impl FnMut(&Self) -> Option<(T, Vec<NewEvent>)>,
-    ) -> Result<Option<(T, Vec<Recorded>)>, TurnStop> {
-        loop {
-            let Some((value, events)) = decide(self) else {
-                return Ok(None);
-            };
-            match self.log.append(&self.sid, self.state.seq, &events).await? {
-                Append::Committed(recorded) => {
-                    self.apply(recorded.clone())?;
-                    return Ok(Some((value, recorded)));
-                }
-                Append::Conflict { head, missing } => {
-                    self.apply(missing)?;
-                    if self.state.seq < head {
-                        self.refresh().await?;
-                    }
-                }
-            }
-        }
+        Ok(decided.state)
     }
 }

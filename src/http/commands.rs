@@ -77,7 +77,6 @@ pub async fn run_command(
     let result = state
         .engine
         .submit(
-            &state.sessions,
             &sid,
             &aid,
             |s, turn| s.decide_plan_command(&aid, args, turn),

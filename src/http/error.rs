@@ -39,6 +39,7 @@ pub enum Code {
     UnknownCommand,
     NotACommand,
     TurnRunning,
+    AgentLimit,
     InvalidForkPoint,
     ProviderFailed,
     FeatureDisabled,
@@ -58,7 +59,7 @@ impl Code {
             NotFound | SessionNotFound | AgentNotFound | QuestionNotFound | FeatureDisabled => {
                 StatusCode::NOT_FOUND
             }
-            QuestionClosed | TurnRunning => StatusCode::CONFLICT,
+            QuestionClosed | TurnRunning | AgentLimit => StatusCode::CONFLICT,
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             InvalidBody | OwnerNotFound | UnknownLabel | TextNotAllowed | EmptyAnswer
@@ -134,6 +135,7 @@ impl From<ServiceError> for ApiError {
                     DomainError::TurnRunning(_) | DomainError::ChangedDuringCompaction => {
                         Code::TurnRunning
                     }
+                    DomainError::AgentLimit { .. } => Code::AgentLimit,
                 };
                 ApiError::new(code, d.to_string())
             }

@@ -29,7 +29,7 @@ pub use metrics::track as track_requests;
 
 /// What every handler shares.
 pub struct AppState {
-    pub sessions: Sessions,
+    pub sessions: Arc<Sessions>,
     pub engine: Arc<Engine>,
     pub composition: Composition,
     pub replica_id: String,
@@ -40,6 +40,8 @@ pub struct AppState {
     pub sse_heartbeat: std::time::Duration,
     /// Whether compaction trims the entries it replaced.
     pub trim_on_compact: bool,
+    /// Agents one session may have (`DSH_MAX_AGENTS`).
+    pub max_agents: usize,
     /// Responses and latencies for `/metrics`.
     pub requests: metrics::RequestMetrics,
 }

@@ -117,8 +117,9 @@ pub async fn plan_projection(
 ) -> Result<web::Json<PlanProjectionView>, ApiError> {
     state.require_plan_mode()?;
     let sid = session_id(&path)?;
-    let projection = state.sessions.plan_projection(&sid).await?;
+    // The projection unit is folded alongside the session: one read past the cached fold.
+    let session = state.sessions.state(&sid).await?;
     Ok(web::Json(PlanProjectionView {
-        agents: projection.view(),
+        agents: session.plans.view(),
     }))
 }

@@ -125,10 +125,7 @@ pub async fn answer(
     let AnswerBody { label, text } = body.into_inner();
     let decide =
         |s: &crate::domain::SessionState| s.decide_answer(&qid, label.clone(), text.clone());
-    let done = state
-        .engine
-        .close_question(&state.sessions, &sid, &qid, decide)
-        .await?;
+    let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }
 
@@ -151,9 +148,6 @@ pub async fn dismiss(
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
     let decide = |s: &crate::domain::SessionState| s.decide_dismiss(&qid);
-    let done = state
-        .engine
-        .close_question(&state.sessions, &sid, &qid, decide)
-        .await?;
+    let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }

@@ -65,7 +65,8 @@ pub struct SpawnAgent {
     pub owner: Option<AgentId>,
 }
 
-/// Spawn an agent. New agents start with plan mode inactive.
+/// Spawn an agent. New agents start with plan mode inactive. A session has at most
+/// `DSH_MAX_AGENTS` agents (409 `agent-limit` past it).
 #[utoipa::path(
     tag = "sessions",
     params(("sid" = String, Path, description = "Session id")),
@@ -86,7 +87,7 @@ pub async fn spawn_agent(
     let owner = body.0.owner;
     let done = state
         .sessions
-        .decide(&sid, |s| s.decide_spawn(owner.clone()))
+        .decide(&sid, |s| s.decide_spawn(owner.clone(), state.max_agents))
         .await?;
     let view = done
         .state
@@ -221,7 +222,7 @@ pub async fn fork_session(
         Some(raw) => Some(EventId::parse(raw).map_err(|e| ApiError::new(Code::InvalidBody, e))?),
         None => None,
     };
-    let (child, session) = state.engine.fork(&state.sessions, &sid, at).await?;
+    let (child, session) = state.engine.fork(&sid, at).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/sessions/{child}")))
         .json(session.view(&child)))
@@ -244,9 +245,6 @@ pub async fn compact_session(
     path: web::Path<String>,
 ) -> Result<web::Json<SessionView>, ApiError> {
     let sid = session_id(&path)?;
-    let session = state
-        .engine
-        .compact(&state.sessions, &sid, state.trim_on_compact)
-        .await?;
+    let session = state.engine.compact(&sid, state.trim_on_compact).await?;
     Ok(web::Json(session.view(&sid)))
 }

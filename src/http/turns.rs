@@ -47,10 +47,7 @@ pub async fn post_message(
             format!("`text` must be at most {MAX_TEXT} bytes"),
         ));
     }
-    let prompted = state
-        .engine
-        .prompt(&state.sessions, &sid, &aid, &text)
-        .await?;
+    let prompted = state.engine.prompt(&sid, &aid, &text).await?;
     Ok(HttpResponse::Accepted().json(prompted))
 }
 
@@ -77,6 +74,6 @@ pub async fn cancel(
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<Cancelled>, ApiError> {
     let (sid, aid) = ids(&path)?;
-    let turn = state.engine.cancel(&state.sessions, &sid, &aid).await?;
+    let turn = state.engine.cancel(&sid, &aid).await?;
     Ok(web::Json(Cancelled { turn }))
 }

@@ -1,7 +1,7 @@
 -- Turn leases: which replica runs a turn, until when. Time is Redis's own, so replicas'
 -- clocks do not matter.
 -- KEYS[1]  zset member -> lease expiry (ms)      KEYS[2]  hash member -> owner
--- ARGV[1]  acquire | renew | release | claim     ARGV[2]  owner     ARGV[3]  ttl (ms)
+-- ARGV[1]  acquire | renew | release | handoff | claim     ARGV[2]  owner     ARGV[3]  ttl (ms)
 -- ARGV[4]  the member (a turn), or for claim the most leases to take
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -25,6 +25,11 @@ if op == 'acquire' then
 elseif op == 'renew' then
   if holder ~= owner then return 0 end
   redis.call('ZADD', KEYS[1], now + ttl, member)
+  return 1
+elseif op == 'handoff' then
+  -- Expired now: the next sweep of any replica claims it.
+  if holder ~= owner then return 0 end
+  redis.call('ZADD', KEYS[1], 0, member)
   return 1
 elseif op == 'release' then
   if holder ~= owner then return 0 end

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{now_ms, stamp, Append, EventLog, LiveBus, LiveMessage, StoreResult, CONFLICT_BATCH};
+use super::{
+    now_ms, stamp, Anchor, Append, EventLog, LiveBus, LiveMessage, StoreResult, CONFLICT_BATCH,
+};
 use crate::domain::{NewEvent, Recorded, SessionId};
 
 /// One session's log: dense seqs from `first`.
@@ -71,6 +73,30 @@ impl EventLog for MemoryLog {
                 Some(l) => lock(&l).after(seq, limit),
                 None => Vec::new(),
             })
+        })
+    }
+
+    fn read_after<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        anchor: Anchor,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Option<Vec<Recorded>>>> {
+        Box::pin(async move {
+            let Some(log) = self.log(sid, false) else {
+                return Ok((anchor.seq == 0).then(Vec::new));
+            };
+            let log = lock(&log);
+            if anchor.seq > 0 {
+                let held = log.after(anchor.seq - 1, 1);
+                if held
+                    .first()
+                    .is_none_or(|e| e.seq() != anchor.seq || e.committed_at != anchor.ts)
+                {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(log.after(anchor.seq, limit)))
         })
     }
 
@@ -195,6 +221,16 @@ impl super::TurnLeases for MemoryLeases {
         self.with(|m, _| {
             if m.get(member).is_some_and(|(holder, _)| holder == owner) {
                 m.remove(member);
+            }
+        })
+    }
+
+    fn handoff<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
+        self.with(|m, _| {
+            if let Some((holder, expiry)) = m.get_mut(member) {
+                if holder == owner {
+                    *expiry = 0;
+                }
             }
         })
     }

@@ -40,6 +40,13 @@ pub enum Append {
     Conflict { head: u64, missing: Vec<Recorded> },
 }
 
+/// Where a reader's fold stands: the seq it folded to and that event's commit time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Anchor {
+    pub seq: u64,
+    pub ts: u64,
+}
+
 /// A set of per-session append-only logs.
 pub trait EventLog: Send + Sync + 'static {
     /// `redis` or `memory`, as `/v1/status` reports it.
@@ -53,6 +60,16 @@ pub trait EventLog: Send + Sync + 'static {
         after: u64,
         limit: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<Recorded>>>;
+
+    /// Like [`Self::read`], but only if the log still holds the event at `anchor.seq` as it was
+    /// folded (same commit time); `None` when it does not: the log was lost or replaced (Redis
+    /// restarted empty) or that entry was trimmed. A zero anchor reads from the start.
+    fn read_after<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        anchor: Anchor,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Option<Vec<Recorded>>>>;
 
     /// Appends `events` if the session's last seq is `expected` (0: the session does not exist
     /// yet). An empty `events` only checks that the log still ends at `expected`.
@@ -111,6 +128,9 @@ pub trait TurnLeases: Send + Sync + 'static {
         ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<bool>>;
     fn release<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>>;
+    /// Gives the lease up for another replica to claim at its next sweep (expires it now),
+    /// if `owner` holds it: a replica that stops hands its running turns over.
+    fn handoff<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>>;
     /// Takes up to `max` expired leases for `owner` and returns their members.
     fn claim_expired<'a>(
         &'a self,

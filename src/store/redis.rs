@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
-use super::{stamp, Append, EventLog, LiveBus, LiveMessage, StoreError, StoreResult};
+use super::{stamp, Anchor, Append, EventLog, LiveBus, LiveMessage, StoreError, StoreResult};
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{AgentId, EventId, EventKind, NewEvent, Recorded, SessionId};
 
@@ -124,6 +124,25 @@ fn decode_entry(entry: &Value) -> StoreResult<Recorded> {
     })
 }
 
+/// The seq and commit time of an entry, without decoding its event.
+fn entry_anchor(entry: &Value) -> Option<Anchor> {
+    let Value::Array(parts) = entry else {
+        return None;
+    };
+    let [id, Value::Array(fields)] = parts.as_slice() else {
+        return None;
+    };
+    let seq = EventId::parse(std::str::from_utf8(bytes(id)?).ok()?)
+        .ok()?
+        .seq();
+    let ts = fields
+        .chunks(2)
+        .find(|pair| pair.first().and_then(bytes) == Some(b"ts".as_slice()))
+        .and_then(|pair| pair.get(1))
+        .and_then(int)?;
+    Some(Anchor { seq, ts })
+}
+
 fn decode_entries(v: &Value) -> StoreResult<Vec<Recorded>> {
     match v {
         Value::Array(entries) => entries.iter().map(decode_entry).collect(),
@@ -155,6 +174,40 @@ impl EventLog for RedisLog {
                 .await
                 .map_err(unavailable)?;
             decode_entries(&reply)
+        })
+    }
+
+    fn read_after<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        anchor: Anchor,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Option<Vec<Recorded>>>> {
+        Box::pin(async move {
+            if anchor.seq == 0 {
+                return self.read(sid, 0, limit).await.map(Some);
+            }
+            // One range read from the anchor itself: its entry must still be there, unchanged.
+            let mut conn = self.conn.clone();
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(self.key(sid))
+                .arg(format!("{}-0", anchor.seq))
+                .arg("+")
+                .arg("COUNT")
+                .arg(limit + 1)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            let entries = match &reply {
+                Value::Array(entries) => entries.as_slice(),
+                _ => &[],
+            };
+            match entries.split_first() {
+                Some((first, rest)) if entry_anchor(first) == Some(anchor) => Ok(Some(
+                    rest.iter().map(decode_entry).collect::<StoreResult<_>>()?,
+                )),
+                _ => Ok(None),
+            }
         })
     }
 
@@ -368,6 +421,10 @@ impl super::TurnLeases for RedisLeases {
 
     fn release<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
         Box::pin(async move { self.run("release", owner, 0, member).await.map(|_| ()) })
+    }
+
+    fn handoff<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move { self.run("handoff", owner, 0, member).await.map(|_| ()) })
     }
 
     fn claim_expired<'a>(

@@ -145,7 +145,8 @@ pub fn decide_prestep(record: PlanRecord, last_header: Option<bool>) -> (bool, V
 /// alone, independently of the session fold, so the two can be held against each other.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PlanProjection {
-    pub agents: std::collections::BTreeMap<String, PlanRecord>,
+    /// A persistent map: folding one event copies O(log n), however many agents there are.
+    pub agents: imbl::OrdMap<String, PlanRecord>,
 }
 
 impl PlanProjection {
@@ -165,24 +166,25 @@ impl PlanProjection {
                 .collect();
             return;
         }
-        let target = match kind {
-            EventKind::CommandRun(c) if c.name == "plan" => Some(c.args.trim() != "off"),
-            EventKind::PlanSelect(PlanSelect { active }) => Some(*active),
+        let mut rec = self.agents.get(agent).copied().unwrap_or_default();
+        match kind {
+            EventKind::CommandRun(c) if c.name == "plan" => {
+                rec.target = Some(c.args.trim() != "off")
+            }
+            EventKind::PlanSelect(PlanSelect { active }) => rec.target = Some(*active),
             EventKind::PlanMode(PlanMode { active }) => {
-                let rec = self.agents.entry(agent.to_owned()).or_default();
                 rec.active = *active;
                 rec.target = None;
-                return;
             }
-            EventKind::SessionCreated(_) | EventKind::AgentSpawned(_) => {
-                self.agents.entry(agent.to_owned()).or_default();
-                return;
-            }
-            _ => None,
-        };
-        if let Some(t) = target {
-            self.agents.entry(agent.to_owned()).or_default().target = Some(t);
+            EventKind::SessionCreated(_) | EventKind::AgentSpawned(_) => {}
+            _ => return,
         }
+        self.agents.insert(agent.to_owned(), rec);
+    }
+
+    /// One agent's view, if the projection knows the agent.
+    pub fn view_of(&self, agent: &str) -> Option<PlanView> {
+        self.agents.get(agent).map(|r| r.view())
     }
 
     pub fn view(&self) -> std::collections::BTreeMap<String, PlanView> {

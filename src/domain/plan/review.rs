@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use super::{decide_set, EXIT_TOOL};
+use crate::domain::agent::OpenCall;
 use crate::domain::event::{EventKind, Intent, QuestionAsked, ToolCall};
 use crate::domain::questions::QuestionStatus;
 use crate::domain::{AgentId, SessionState};
@@ -39,15 +40,17 @@ const UNAVAILABLE: &str = "The plan review could not be shown to the user. Stay 
 ask the user to switch plan mode off themselves (for example with `/plan off`) once they accept \
 your plan.";
 
-/// Each row of the review table, for a call of `agent` in `turn`. `questions`: whether the
-/// question channel is composed.
+/// Each row of the review table, for one open call of `agent` in `turn`. `questions`: whether
+/// the question channel is composed. The question is the one this call occurrence asked
+/// (never looked up by the provider's call id, which some servers reuse).
 pub fn review(
     state: &SessionState,
     agent: &AgentId,
     turn: &str,
-    call: &ToolCall,
+    open: &OpenCall,
     questions: bool,
 ) -> ReviewStep {
+    let call = &open.call;
     let Some(a) = state.agents.get(agent) else {
         return failed("unavailable", UNAVAILABLE.into());
     };
@@ -77,10 +80,7 @@ pub fn review(
     if !questions {
         return failed("unavailable", UNAVAILABLE.into());
     }
-    let asked = state
-        .questions
-        .values()
-        .find(|q| q.asked.turn == turn && q.asked.call_id == call.id);
+    let asked = open.question.as_ref().and_then(|q| state.questions.get(q));
     let Some(q) = asked else {
         return ReviewStep::Ask(QuestionAsked {
             id: format!("{REVIEW_KIND}-{}", state.seq + 1),
@@ -101,7 +101,12 @@ pub fn review(
         (QuestionStatus::Answered, Some(ans)) if ans.label.as_deref() == Some(APPROVE) => {
             // Leaving is queued for the next step's pre-step; this batch is not rewritten.
             let (_, exit) = decide_set(a.plan.view(), true, false);
-            ReviewStep::Done { ok: true, result: json!({ "approved": true }), then: exit.into_iter().collect() }
+            let mut result = json!({ "approved": true });
+            if let Some(text) = &ans.text {
+                // What the user said with the approval is for the model too.
+                result["feedback"] = text.as_str().into();
+            }
+            ReviewStep::Done { ok: true, result, then: exit.into_iter().collect() }
         }
         (QuestionStatus::Answered, ans) => {
             let feedback = ans

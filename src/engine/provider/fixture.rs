@@ -7,6 +7,7 @@
 //!   whose Markdown plan quotes the user's last message;
 //! - else → `Done: <last user text>`.
 
+use std::borrow::Borrow;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -31,9 +32,10 @@ impl Fixture {
     }
 }
 
-fn last_user_text(messages: &[Value]) -> String {
+fn last_user_text<M: Borrow<Value>>(messages: &[M]) -> String {
     messages
         .iter()
+        .map(|m| -> &Value { m.borrow() })
         .rev()
         .filter(|m| m["role"] == "user")
         .filter_map(|m| m["content"].as_str())
@@ -43,9 +45,10 @@ fn last_user_text(messages: &[Value]) -> String {
 }
 
 /// The name of the tool a `tool` message answers.
-fn tool_name<'a>(messages: &'a [Value], call_id: &str) -> Option<&'a str> {
+fn tool_name<'a, M: Borrow<Value>>(messages: &'a [M], call_id: &str) -> Option<&'a str> {
     messages
         .iter()
+        .map(|m| -> &Value { m.borrow() })
         .rev()
         .filter_map(|m| m["tool_calls"].as_array())
         .flatten()

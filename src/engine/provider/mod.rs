@@ -47,8 +47,10 @@ pub trait ModelClient: Send + Sync + 'static {
         messages: &'a [serde_json::Value],
     ) -> BoxFuture<'a, Result<String, ProviderError>> {
         Box::pin(async move {
-            let mut messages = messages.to_vec();
-            messages.push(serde_json::json!({"role": "user", "content": SUMMARY_REQUEST}));
+            let mut messages: Vec<_> = messages.iter().cloned().map(std::sync::Arc::new).collect();
+            messages.push(std::sync::Arc::new(
+                serde_json::json!({"role": "user", "content": SUMMARY_REQUEST}),
+            ));
             let request = ModelRequest {
                 system: SUMMARY_SYSTEM.into(),
                 messages,

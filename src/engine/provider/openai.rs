@@ -164,7 +164,7 @@ impl ModelClient for OpenAi {
     ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
         Box::pin(async move {
             // Serialized once: every attempt sends exactly these bytes.
-            let body = bytes::Bytes::from(request.body(&self.model).to_string());
+            let body = bytes::Bytes::from(request.body(&self.model));
             let mut attempt = 0;
             loop {
                 match self.attempt(&body, on_delta).await {
