@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 /// A redis-server owned by one test: killed when the test (its thread) ends.
 pub struct TestRedis {
     pub url: String,
+    port: u16,
     /// Key prefix unique to this test, so a shared `REDIS_URL` server is never disturbed.
     pub prefix: String,
     child: Option<Child>,
@@ -26,11 +27,38 @@ impl TestRedis {
         if let Ok(url) = std::env::var("REDIS_URL") {
             return Self {
                 url,
+                port: 0,
                 prefix,
                 child: None,
             };
         }
         let port = free_port();
+        let child = Self::spawn(port);
+        let url = format!("redis://127.0.0.1:{port}");
+        let redis = Self {
+            url,
+            port,
+            prefix,
+            child: Some(child),
+        };
+        redis.wait_ready().await;
+        redis
+    }
+
+    /// Kills this test's redis-server and starts an empty one on the same port, as a Redis
+    /// that restarted without persistence would come back. Returns false when the test uses a
+    /// shared `REDIS_URL` server, which it must not disturb.
+    pub async fn restart_empty(&mut self) -> bool {
+        if self.child.is_none() {
+            return false;
+        }
+        self.kill();
+        self.child = Some(Self::spawn(self.port));
+        self.wait_ready().await;
+        true
+    }
+
+    fn spawn(port: u16) -> Child {
         let mut cmd =
             Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()));
         cmd.args([
@@ -52,17 +80,8 @@ impl TestRedis {
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)");
-        let url = format!("redis://127.0.0.1:{port}");
-        let redis = Self {
-            url,
-            prefix,
-            child: Some(child),
-        };
-        redis.wait_ready().await;
-        redis
+        cmd.spawn()
+            .expect("redis-server must be installed (scripts/test.sh installs it)")
     }
 
     async fn wait_ready(&self) {
@@ -166,6 +185,11 @@ pub async fn spawn_with(
     let app = Application::build(settings)
         .await
         .expect("the application builds");
+    serve(app)
+}
+
+/// Serves a built application in this test's runtime.
+pub fn serve(app: Application) -> TestApp {
     let address = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());

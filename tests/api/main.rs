@@ -6,6 +6,7 @@ mod helpers;
 mod composition;
 mod errors;
 mod failover;
+mod integrity;
 mod live;
 mod mock_provider;
 mod openapi;

@@ -31,10 +31,15 @@ pub fn text_reply(text: &str) -> String {
 
 /// A streamed `exit_plan_mode` call, its arguments split across chunks.
 pub fn plan_call_reply(plan: &str) -> String {
-    let args = json!({ "plan": plan }).to_string();
+    tool_call_reply("exit_plan_mode", &json!({ "plan": plan }), "call_1")
+}
+
+/// A streamed call of tool `name` with call id `id` (some servers name every call `call_0`).
+pub fn tool_call_reply(name: &str, arguments: &Value, id: &str) -> String {
+    let args = arguments.to_string();
     let (a, b) = args.split_at(args.len() / 2);
     let mut body = chunk(json!({"content": "Here is the plan."}), None);
-    body.push_str(&chunk(json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "exit_plan_mode", "arguments": a}}]}), None));
+    body.push_str(&chunk(json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": a}}]}), None));
     body.push_str(&chunk(
         json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}),
         None,
