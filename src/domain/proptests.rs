@@ -32,7 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn play(ops: &[Op]) -> Vec<Recorded> {
     let mut state = SessionState::default();
     let mut log = Vec::new();
-    let mut commit = |state: &mut SessionState, events: Vec<NewEvent>, log: &mut Vec<Recorded>| {
+    let commit = |state: &mut SessionState, events: Vec<NewEvent>, log: &mut Vec<Recorded>| {
         for r in stamp(&events, state.seq + 1, 1_000 + state.seq) {
             state.evolve(&r).expect("decided events fold");
             log.push(r);
