@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs what the tests need when it is missing:
 # - redis-server (the Rust harness starts its own on a free port per test; set REDIS_URL to
-#   use an existing server instead, with per-test key prefixes);
+#   use an existing server instead, with per-test key prefixes; a test that stops Redis still
+#   starts its own);
 # - Debian's chromium and npm's playwright-core, for the browser tests of the web client.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,8 @@
 //! Plugin composition from a YAML manifest (`DSH_CONFIG`, or the built-in default):
 //! `plan-mode` (with its policy `section`), `commands` and `questions`. Unknown keys, unknown
 //! plugins, duplicates and an empty section fail at start with a message naming the file.
+//! Every entry may carry a `name` (the package's display name, as in the seed's
+//! `name: '@deepseek-ai/dsh-plan-mode'`); it must be a string and nothing reads it.
 
 use serde::Deserialize;
 
@@ -20,15 +22,27 @@ struct Manifest {
     plugins: Vec<Plugin>,
 }
 
+/// One manifest entry. `name` is repeated per variant because `deny_unknown_fields` cannot be
+/// combined with a flattened common part; the underscore says nothing reads it.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "id", deny_unknown_fields)]
 enum Plugin {
     #[serde(rename = "plan-mode")]
-    PlanMode { config: PlanModeConfig },
+    PlanMode {
+        #[serde(rename = "name")]
+        _name: Option<String>,
+        config: PlanModeConfig,
+    },
     #[serde(rename = "commands")]
-    Commands {},
+    Commands {
+        #[serde(rename = "name")]
+        _name: Option<String>,
+    },
     #[serde(rename = "questions")]
-    Questions {},
+    Questions {
+        #[serde(rename = "name")]
+        _name: Option<String>,
+    },
 }
 
 /// What is composed.
@@ -69,8 +83,8 @@ impl Composition {
         for plugin in manifest.plugins {
             let id = match &plugin {
                 Plugin::PlanMode { .. } => "plan-mode",
-                Plugin::Commands {} => "commands",
-                Plugin::Questions {} => "questions",
+                Plugin::Commands { .. } => "commands",
+                Plugin::Questions { .. } => "questions",
             };
             if !seen.insert(id) {
                 return Err(format!(
@@ -78,14 +92,14 @@ impl Composition {
                 ));
             }
             match plugin {
-                Plugin::PlanMode { config } => {
+                Plugin::PlanMode { config, .. } => {
                     if config.section.trim().is_empty() {
                         return Err(format!("invalid manifest {source}: plugin `plan-mode`: `config.section` must not be empty"));
                     }
                     c.plan_mode = Some(config);
                 }
-                Plugin::Commands {} => c.commands = true,
-                Plugin::Questions {} => c.questions = true,
+                Plugin::Commands { .. } => c.commands = true,
+                Plugin::Questions { .. } => c.questions = true,
             }
         }
         Ok(c)
@@ -114,6 +128,49 @@ mod tests {
         ] {
             assert!(policy.contains(words), "policy says: {words}");
         }
+    }
+
+    #[test]
+    fn the_seed_entry_with_a_package_name_loads() {
+        // The seed's entry verbatim (000, "配置"), listed under `plugins:`.
+        let seed = "\
+- id: plan-mode
+  name: '@deepseek-ai/dsh-plan-mode'
+  config:
+    section: |
+      You are in plan mode. Explore and design before presenting the complete
+      plan through exit_plan_mode.
+";
+        let manifest = format!("plugins:\n{seed}");
+        let c = Composition::parse(&manifest, "seed.yaml").unwrap();
+        assert_eq!(
+            c,
+            Composition {
+                plan_mode: Some(PlanModeConfig {
+                    section: "You are in plan mode. Explore and design before presenting the \
+                              complete\nplan through exit_plan_mode.\n"
+                        .into()
+                }),
+                commands: false,
+                questions: false
+            }
+        );
+    }
+
+    #[test]
+    fn every_plugin_may_be_named_but_the_name_must_be_a_string() {
+        let c = Composition::parse(
+            "plugins:\n  - id: commands\n    name: '@acme/commands'\n  - id: questions\n    name: q\n",
+            "m.yaml",
+        )
+        .unwrap();
+        assert!(c.commands && c.questions, "{c:?}");
+        let e = Composition::parse("plugins:\n  - id: commands\n    name: [a]\n", "m.yaml")
+            .unwrap_err();
+        assert!(
+            e.contains("m.yaml") && e.contains("expected a string"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -322,12 +322,10 @@ impl EventKind {
         }
     }
 
-    /// The payload alone, as stored in the entry's `data` field.
-    pub fn data_json(&self) -> String {
-        let v = serde_json::to_value(self).unwrap_or_default();
-        v.get("data")
-            .map(|d| d.to_string())
-            .unwrap_or_else(|| "{}".into())
+    /// The payload alone, as stored in the entry's `data` field. An event that cannot be
+    /// serialized is an error, never a stand-in `{}`: the store must not append it.
+    pub fn data_json(&self) -> Result<String, serde_json::Error> {
+        payload(serde_json::to_value(self)?, self.type_name())
     }
 
     /// Rebuilds an event from a stored entry's `type` and `data` fields.
@@ -336,6 +334,17 @@ impl EventKind {
             .map_err(|e| format!("`{type_name}` data is not JSON: {e}"))?;
         serde_json::from_value(serde_json::json!({ "type": type_name, "data": data }))
             .map_err(|e| format!("`{type_name}` entry is malformed: {e}"))
+    }
+}
+
+/// The `data` member of a serialized event. Every variant carries one; without it the entry
+/// would read back as another payload or not at all, so its absence is an error.
+fn payload(mut entry: serde_json::Value, type_name: &str) -> Result<String, serde_json::Error> {
+    match entry.get_mut("data") {
+        Some(data) => Ok(data.take().to_string()),
+        None => Err(serde::ser::Error::custom(format!(
+            "a `{type_name}` event serialized without `data`"
+        ))),
     }
 }
 
@@ -431,6 +440,23 @@ mod tests {
         assert_eq!(json["committed_at"], "2025-12-02T10:06:40.123Z");
         let back: Recorded = serde_json::from_value(json).unwrap();
         assert_eq!(back, r);
-        assert_eq!(r.kind.data_json(), r#"{"active":true}"#);
+        assert_eq!(r.kind.data_json().unwrap(), r#"{"active":true}"#);
+    }
+
+    #[test]
+    fn an_event_without_its_payload_is_an_error_not_an_empty_object() {
+        let e = payload(serde_json::json!({"type": "plan/mode"}), "plan/mode").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "a `plan/mode` event serialized without `data`"
+        );
+        assert_eq!(
+            payload(
+                serde_json::json!({"type": "plan/mode", "data": {"active": false}}),
+                "plan/mode"
+            )
+            .unwrap(),
+            r#"{"active":false}"#
+        );
     }
 }

@@ -8,7 +8,8 @@ use futures_util::future::BoxFuture;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{
-    now_ms, stamp, Anchor, Append, EventLog, LiveBus, LiveMessage, StoreResult, CONFLICT_BATCH,
+    encode, now_ms, stamp, Anchor, Append, EventLog, LiveBus, LiveMessage, StoreResult,
+    CONFLICT_BATCH,
 };
 use crate::domain::{NewEvent, Recorded, SessionId};
 
@@ -107,6 +108,9 @@ impl EventLog for MemoryLog {
         events: &'a [NewEvent],
     ) -> BoxFuture<'a, StoreResult<Append>> {
         Box::pin(async move {
+            // Kept typed, but refused as Redis refuses it: an event that cannot be serialized
+            // could never be read back over the API.
+            encode(events)?;
             let Some(log) = self.log(sid, expected == 0 && !events.is_empty()) else {
                 return Ok(if expected == 0 {
                     Append::Committed(Vec::new())

@@ -26,6 +26,13 @@ pub enum StoreError {
     /// A stored entry cannot be decoded: the log is corrupt.
     #[error("the session log holds a corrupt entry {id}: {reason}")]
     Corrupt { id: String, reason: String },
+    /// An event to append cannot be serialized: a bug in whoever decided it, not an outage, so
+    /// a retry cannot help. Nothing of its batch was appended.
+    #[error("a `{type_name}` event cannot be serialized; its batch was not appended: {source}")]
+    Unencodable {
+        type_name: &'static str,
+        source: serde_json::Error,
+    },
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -145,6 +152,22 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Each event's `data` JSON, for the whole batch before anything is written: a batch with an
+/// event that cannot be serialized is refused entirely, never stored with a stand-in payload.
+pub(crate) fn encode(events: &[NewEvent]) -> StoreResult<Vec<String>> {
+    events
+        .iter()
+        .map(|e| {
+            e.kind
+                .data_json()
+                .map_err(|source| StoreError::Unencodable {
+                    type_name: e.kind.type_name(),
+                    source,
+                })
+        })
+        .collect()
 }
 
 /// Stamps events committed at `first_seq..` with the commit time.

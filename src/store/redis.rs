@@ -11,7 +11,9 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
-use super::{stamp, Anchor, Append, EventLog, LiveBus, LiveMessage, StoreError, StoreResult};
+use super::{
+    encode, stamp, Anchor, Append, EventLog, LiveBus, LiveMessage, StoreError, StoreResult,
+};
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{AgentId, EventId, EventKind, NewEvent, Recorded, SessionId};
 
@@ -218,16 +220,15 @@ impl EventLog for RedisLog {
         events: &'a [NewEvent],
     ) -> BoxFuture<'a, StoreResult<Append>> {
         Box::pin(async move {
+            let data = encode(events)?;
             let mut conn = self.conn.clone();
             let mut inv = self.append.key(self.key(sid));
             inv.arg(expected)
                 .arg(SCHEMA_VERSION)
                 .arg(&self.channel)
                 .arg(sid.as_str());
-            for e in events {
-                inv.arg(e.kind.type_name())
-                    .arg(e.agent.as_str())
-                    .arg(e.kind.data_json());
+            for (e, data) in events.iter().zip(data) {
+                inv.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
             }
             let reply: Value = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
             let Value::Array(parts) = &reply else {

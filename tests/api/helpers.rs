@@ -1,5 +1,6 @@
 //! The test harness: a real redis-server per test (or `REDIS_URL` with a per-test key
-//! prefix), real servers on loopback ports, and typed helpers per endpoint.
+//! prefix; a test that stops Redis always gets its own), real servers on loopback ports, and
+//! typed helpers per endpoint.
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -22,23 +23,30 @@ pub struct TestRedis {
 }
 
 impl TestRedis {
+    /// This test's Redis: the `REDIS_URL` server when set (under a key prefix of its own),
+    /// otherwise a redis-server of its own.
     pub async fn start() -> Self {
-        let prefix = format!("dshtest-{}", uuid::Uuid::now_v7().simple());
-        if let Ok(url) = std::env::var("REDIS_URL") {
-            return Self {
+        match std::env::var("REDIS_URL") {
+            Ok(url) => Self {
                 url,
                 port: 0,
-                prefix,
+                prefix: fresh_prefix(),
                 child: None,
-            };
+            },
+            Err(_) => Self::start_private().await,
         }
+    }
+
+    /// A redis-server of this test's own even when `REDIS_URL` is set: for a test that stops
+    /// Redis, which a shared server must never see.
+    pub async fn start_private() -> Self {
         let port = free_port();
         let child = Self::spawn(port);
         let url = format!("redis://127.0.0.1:{port}");
         let redis = Self {
             url,
             port,
-            prefix,
+            prefix: fresh_prefix(),
             child: Some(child),
         };
         redis.wait_ready().await;
@@ -46,16 +54,12 @@ impl TestRedis {
     }
 
     /// Kills this test's redis-server and starts an empty one on the same port, as a Redis
-    /// that restarted without persistence would come back. Returns false when the test uses a
-    /// shared `REDIS_URL` server, which it must not disturb.
-    pub async fn restart_empty(&mut self) -> bool {
-        if self.child.is_none() {
-            return false;
-        }
+    /// that restarted without persistence would come back (only for a private
+    /// server started with [`Self::start_private`]).
+    pub async fn restart_empty(&mut self) {
         self.kill();
         self.child = Some(Self::spawn(self.port));
         self.wait_ready().await;
-        true
     }
 
     fn spawn(port: u16) -> Child {
@@ -114,23 +118,34 @@ impl TestRedis {
         format!("{}:{{{sid}}}:log", self.prefix)
     }
 
-    /// Stops the server abruptly (only for a server this harness started).
+    /// Stops the server abruptly. Only a server from [`TestRedis::start_private`] can be
+    /// stopped: on a shared one this panics rather than let the test pass without the outage.
+    #[track_caller]
     pub fn kill(&mut self) {
+        assert!(
+            self.child.is_some(),
+            "a shared REDIS_URL server is not ours to stop: use TestRedis::start_private"
+        );
+        self.stop();
+    }
+
+    fn stop(&mut self) {
         if let Some(c) = self.child.as_mut() {
+            // Already gone is fine: the server only has to be down afterwards.
             let _ = c.kill();
             let _ = c.wait();
         }
-    }
-
-    pub fn is_owned(&self) -> bool {
-        self.child.is_some()
     }
 }
 
 impl Drop for TestRedis {
     fn drop(&mut self) {
-        self.kill();
+        self.stop();
     }
+}
+
+fn fresh_prefix() -> String {
+    format!("dshtest-{}", uuid::Uuid::now_v7().simple())
 }
 
 pub fn free_port() -> u16 {

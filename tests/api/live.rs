@@ -121,15 +121,40 @@ async fn type_and_agent_filters_select_what_a_client_reads() {
     a.set_plan(&sid, "main", true).await.ok();
     a.set_plan(&sid, &child, true).await.ok();
     let frames = plans.drain().await;
-    let kinds: Vec<&str> = frames.iter().map(|f| f.event.as_str()).collect();
     // The views of the two agents as they appear, then plan/mode + plan/view per flip; the
     // bounded mode ends it after six.
-    assert!(kinds.iter().all(|k| k.starts_with("plan/")), "{kinds:?}");
-    assert_eq!(kinds.iter().filter(|k| **k == "plan/mode").count(), 2);
+    let seen: Vec<(&str, &str, bool)> = frames
+        .iter()
+        .map(|f| {
+            let active = if f.event == "plan/mode" {
+                &f.data["data"]["active"]
+            } else {
+                &f.data["active"]
+            };
+            (
+                f.event.as_str(),
+                f.data["agent"].as_str().unwrap(),
+                active.as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("plan/view", "main", false),
+            ("plan/view", child.as_str(), false),
+            ("plan/mode", "main", true),
+            ("plan/view", "main", true),
+            ("plan/mode", child.as_str(), true),
+            ("plan/view", child.as_str(), true),
+        ]
+    );
     assert!(*plans.ended.borrow(), "max_events ends the stream cleanly");
     let child_frames = of_child.drain().await;
     assert_eq!(child_frames.len(), 1);
+    assert_eq!(child_frames[0].event, "plan/mode");
     assert_eq!(child_frames[0].data["agent"], child.as_str());
+    assert_eq!(child_frames[0].data["data"], json!({"active": true}));
 }
 
 #[tokio::test]

@@ -49,6 +49,18 @@ fn set_outcome_table_holds_for_every_state_status_and_target() {
                     "{view:?} running={running} target={target}"
                 );
                 seen.insert(format!("{running}{outcome:?}"));
+                // Committing records the value; queueing or cancelling records the choice.
+                let appended = match outcome {
+                    Outcome::Committed => Some(EventKind::PlanMode(PlanMode { active: target })),
+                    Outcome::Queued | Outcome::Cancelled => {
+                        Some(EventKind::PlanSelect(PlanSelect { active: target }))
+                    }
+                    Outcome::Noop => None,
+                };
+                assert_eq!(
+                    event, appended,
+                    "{view:?} running={running} target={target}"
+                );
                 // Applying the event yields the documented resulting view.
                 let mut rec = PlanRecord {
                     active: view.active,
@@ -80,10 +92,7 @@ fn set_outcome_table_holds_for_every_state_status_and_target() {
                             pending: None
                         }
                     ),
-                    Outcome::Noop => {
-                        assert!(event.is_none());
-                        assert_eq!(after, view);
-                    }
+                    Outcome::Noop => assert_eq!(after, view),
                 }
                 // After any set(target), the desired state is the target.
                 assert_eq!(after.pending.unwrap_or(after.active), target);
@@ -159,7 +168,7 @@ fn running_set_to_the_desired_state_is_a_noop() {
 
 #[test]
 fn running_set_back_to_the_recorded_state_cancels_the_pending_choice() {
-    let (o, _) = decide_set(
+    let (o, e) = decide_set(
         PlanView {
             active: true,
             pending: Some(false),
@@ -168,6 +177,7 @@ fn running_set_back_to_the_recorded_state_cancels_the_pending_choice() {
         true,
     );
     assert_eq!(o, Outcome::Cancelled);
+    assert_eq!(e, Some(EventKind::PlanSelect(PlanSelect { active: true })));
 }
 
 #[test]
@@ -203,6 +213,19 @@ fn pending_false_is_a_real_state_distinct_from_no_pending() {
     );
 }
 
+/// The plan-mode notification as the model reads it.
+fn note(text: &str) -> EventKind {
+    EventKind::UserMessage(super::super::event::UserMessage {
+        text: text.into(),
+        source: Some("plugin:plan-mode".into()),
+        steer: false,
+    })
+}
+
+const NOW_ACTIVE: &str = "Plan mode is now active. Explore and design before changing anything, \
+                          then submit the complete plan with `exit_plan_mode` for the user's review.";
+const ENDED: &str = "Plan mode has ended. You may now carry out the work.";
+
 #[test]
 fn a_prestep_commits_the_pending_choice_and_notifies_when_the_header_differs() {
     let rec = PlanRecord {
@@ -211,9 +234,9 @@ fn a_prestep_commits_the_pending_choice_and_notifies_when_the_header_differs() {
     };
     let (active, events) = decide_prestep(rec, Some(true));
     assert!(!active);
-    assert_eq!(events[0], EventKind::PlanMode(PlanMode { active: false }));
-    assert!(
-        matches!(&events[1], EventKind::UserMessage(m) if m.source.as_deref() == Some(NOTIFICATION_SOURCE))
+    assert_eq!(
+        events,
+        vec![EventKind::PlanMode(PlanMode { active: false }), note(ENDED)]
     );
 }
 
@@ -228,6 +251,19 @@ fn a_prestep_without_a_previous_header_adds_no_notification() {
     );
     assert!(active);
     assert!(events.is_empty());
+    // A pending choice is still committed, silently.
+    let (active, events) = decide_prestep(
+        PlanRecord {
+            active: true,
+            target: Some(false),
+        },
+        None,
+    );
+    assert!(!active);
+    assert_eq!(
+        events,
+        vec![EventKind::PlanMode(PlanMode { active: false })]
+    );
 }
 
 #[test]
@@ -241,7 +277,11 @@ fn a_prestep_notifies_a_change_committed_while_idle() {
         Some(false),
     );
     assert!(active);
-    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events,
+        vec![note(NOW_ACTIVE)],
+        "nothing to commit, only the notice"
+    );
     // Same state as the last header: nothing to say.
     assert!(decide_prestep(
         PlanRecord {
