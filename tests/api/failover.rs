@@ -249,3 +249,69 @@ async fn sigterm_ends_event_streams_so_clients_reconnect_elsewhere() {
     let status = a.child.wait().unwrap();
     assert!(status.success(), "a graceful exit: {status:?}");
 }
+
+#[tokio::test]
+async fn sigterm_of_the_replica_running_a_step_hands_the_turn_to_another_within_a_second() {
+    use crate::sse::SseClient;
+    let redis = TestRedis::start().await;
+    let mut a = spawn_process(&redis, "a", 300).await;
+    let b = spawn_process(&redis, "b", 20).await;
+    let sid = a.app.create_session().await;
+    let mut sse = SseClient::connect(&b.app.url(&format!("/v1/sessions/{sid}/events")), None).await;
+    let reply = a.app.prompt(&sid, "main", "hello there my friend").await;
+    let turn = reply.body["turn"].as_str().unwrap().to_owned();
+    sse.until("a first delta", |f| f.event == "assistant/delta")
+        .await;
+    unsafe {
+        libc::kill(a.child.id() as i32, libc::SIGTERM);
+    }
+    let stopped_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let frames = sse.until("turn/ended", |f| f.event == "turn/ended").await;
+    let status = a.child.wait().unwrap();
+    assert!(status.success(), "a graceful exit: {status:?}");
+
+    let retried = frames
+        .iter()
+        .find(|f| f.event == "step/retried")
+        .expect("the step was retried elsewhere");
+    assert_eq!(retried.data["data"]["replica"], "b");
+    assert_eq!(retried.data["data"]["attempt"], 2);
+    let resumed_after =
+        ms_since_epoch(retried.data["committed_at"].as_str().unwrap()).saturating_sub(stopped_at);
+    assert!(
+        resumed_after < 1_000,
+        "resumed {resumed_after} ms after SIGTERM"
+    );
+    // Deltas name their attempt; the retried attempt streams its text again, and every delta
+    // of the step comes before the step's recorded answer.
+    let position = |pred: &dyn Fn(&crate::sse::Frame) -> bool| frames.iter().position(pred);
+    let retry_at = position(&|f| f.event == "step/retried").unwrap();
+    let answer_at = position(&|f| f.event == "assistant/message").unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        if f.event == "assistant/delta" {
+            assert_eq!(f.data["step"], 1);
+            assert_eq!(f.data["attempt"], if i < retry_at { 1 } else { 2 }, "{f:?}");
+            assert!(
+                i < answer_at,
+                "a delta after the step's answer: {frames:#?}"
+            );
+        }
+    }
+    assert!(
+        frames[retry_at..answer_at]
+            .iter()
+            .any(|f| f.event == "assistant/delta"),
+        "the retried attempt streamed"
+    );
+    let events = b.app.await_turn_end(&sid, &turn).await;
+    let answers: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "assistant/message")
+        .collect();
+    assert_eq!(answers.len(), 1, "{events:#?}");
+    let (ok, out) = verify(&redis, &sid);
+    assert!(ok, "{out}");
+}
