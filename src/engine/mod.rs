@@ -14,21 +14,23 @@
 //! stops hands its leases over (expired at once), so another continues within a sweep.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::composition::Composition;
 use crate::domain::turn::{Prompted, TurnRules};
-use crate::domain::{AgentId, DomainError, NewEvent, Next, SessionId, SessionState};
+use crate::domain::{AgentId, DomainError, NewEvent, SessionId, SessionState};
 use crate::service::{Decided, ServiceError, Sessions};
 use crate::store::{LiveBus, StoreError, TurnLeases};
 
 pub mod assembly;
 mod deltas;
 mod lifecycle;
+mod placement;
 pub mod provider;
 mod runner;
+
+use placement::TurnRef;
 
 use assembly::Prompting;
 use provider::ModelClient;
@@ -55,28 +57,6 @@ impl Default for Timing {
             sweep_every: Duration::from_millis(250),
             poll_every: Duration::from_millis(200),
         }
-    }
-}
-
-/// One turn, named in leases as `<session> <agent> <turn>`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct TurnRef {
-    sid: SessionId,
-    agent: AgentId,
-    turn: String,
-}
-
-impl TurnRef {
-    fn member(&self) -> String {
-        format!("{} {} {}", self.sid, self.agent, self.turn)
-    }
-
-    fn parse(member: &str) -> Option<Self> {
-        let mut parts = member.split(' ');
-        let sid = SessionId::parse(parts.next()?).ok()?;
-        let agent = AgentId::parse(parts.next()?).ok()?;
-        let turn = parts.next()?.to_owned();
-        Some(Self { sid, agent, turn })
     }
 }
 
@@ -191,63 +171,6 @@ impl Engine {
         self.timing.lease_ttl.as_millis() as u64
     }
 
-    /// Starts the sweeper that adopts turns whose replica died or handed them over. It runs
-    /// until the engine stops.
-    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let engine = Arc::downgrade(self);
-        let every = self.timing.sweep_every;
-        let mut stopping = self.stopping.subscribe();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped(&mut stopping) => return,
-                }
-                let Some(engine) = engine.upgrade() else {
-                    return;
-                };
-                engine.sweep().await;
-            }
-        })
-    }
-
-    /// Stops adopting turns and hands every running turn over at its next safe point (a
-    /// provider request in flight is abandoned; its step is retried elsewhere with the same
-    /// frozen request). Waits up to `grace` for the runners to let go.
-    pub async fn stop(&self, grace: Duration) {
-        self.stopping.send_replace(true);
-        let deadline = tokio::time::Instant::now() + grace;
-        while self.running_turns() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    async fn sweep(self: &Arc<Self>) {
-        match self
-            .leases
-            .claim_expired(&self.owner, self.ttl_ms(), 16)
-            .await
-        {
-            Ok(members) => {
-                for member in members {
-                    match TurnRef::parse(&member) {
-                        Some(t) => {
-                            tracing::info!(session = %t.sid, agent = %t.agent, turn = %t.turn, "adopting a turn whose lease expired");
-                            self.spawn_turn(t);
-                        }
-                        None => {
-                            if let Err(e) = self.leases.release(&member, &self.owner).await {
-                                tracing::warn!(error = %e, "releasing a malformed lease failed");
-                            }
-                        }
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "lease sweep failed"),
-        }
-    }
-
     /// A prompt: opens a turn on an idle agent (and runs it), or steers the running turn.
     pub async fn prompt(
         self: &Arc<Self>,
@@ -350,124 +273,5 @@ impl Engine {
             })
             .await?;
         Ok(done.value)
-    }
-
-    fn spawn_turn(self: &Arc<Self>, t: TurnRef) {
-        let member = t.member();
-        if !self.running().insert(member.clone()) {
-            return;
-        }
-        let engine = self.clone();
-        self.runtime.spawn(async move {
-            // Leaves the running set however the runner ends, a panic included.
-            let _running = Running(&engine, &member);
-            let lost = Arc::new(AtomicBool::new(false));
-            let renew = engine.clone().keep_lease(member.clone(), lost.clone());
-            let result = engine.run_turn(&t, &lost).await;
-            renew.abort();
-            let let_go = match &result {
-                Ok(_) => engine.leases.release(&member, &engine.owner).await,
-                Err(TurnStop::Stopping) => {
-                    tracing::info!(%member, "handing the turn over: this replica is stopping");
-                    engine.leases.handoff(&member, &engine.owner).await
-                }
-                Err(TurnStop::LeaseLost) => {
-                    tracing::warn!(%member, "lost the lease; another replica continues");
-                    Ok(())
-                }
-                // An outage: the lease expires and a replica (maybe this one) tries again.
-                Err(TurnStop::Service(e @ (ServiceError::Store(_) | ServiceError::Contention))) => {
-                    tracing::warn!(%member, error = %e, "turn runner interrupted; it resumes once its lease expires");
-                    Ok(())
-                }
-                // The session is gone or its log cannot be folded: adopting it again would
-                // fail the same way, forever.
-                Err(TurnStop::Service(e)) => {
-                    tracing::error!(%member, error = %e, "turn runner stopped for good");
-                    engine.leases.release(&member, &engine.owner).await
-                }
-            };
-            if let Err(e) = let_go {
-                tracing::warn!(%member, error = %e, "letting go of the lease failed; it expires");
-            }
-            drop(_running);
-            if matches!(result, Ok(Exit::Waiting)) {
-                // An answer that landed while we were leaving found the lease taken: look
-                // once more, now that it is free.
-                engine.recheck(t).await;
-            }
-        });
-    }
-
-    /// Continues a turn here if it has something to do and no replica holds it.
-    async fn recheck(self: &Arc<Self>, t: TurnRef) {
-        let state = match self.sessions.state(&t.sid).await {
-            Ok(state) => state,
-            Err(e) => {
-                tracing::warn!(session = %t.sid, error = %e, "re-checking a waiting turn failed; its answer resumes it");
-                return;
-            }
-        };
-        if matches!(
-            state.next(&t.agent, &t.turn, self.rules),
-            Next::Closed | Next::Wait
-        ) {
-            return;
-        }
-        match self
-            .leases
-            .acquire(&t.member(), &self.owner, self.ttl_ms())
-            .await
-        {
-            Ok(true) => self.spawn_turn(t),
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(session = %t.sid, error = %e, "re-checking a waiting turn failed; its answer resumes it")
-            }
-        }
-    }
-
-    fn keep_lease(
-        self: Arc<Self>,
-        member: String,
-        lost: Arc<AtomicBool>,
-    ) -> tokio::task::JoinHandle<()> {
-        self.runtime.clone().spawn(async move {
-            let ttl = self.ttl_ms();
-            let mut tick = tokio::time::interval(self.timing.renew_every);
-            let mut renewed = tokio::time::Instant::now();
-            loop {
-                tick.tick().await;
-                match self.leases.renew(&member, &self.owner, ttl).await {
-                    Ok(true) => renewed = tokio::time::Instant::now(),
-                    Ok(false) => {
-                        lost.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    // Unrenewed past its ttl, the lease may be someone else's by now.
-                    Err(e) if renewed.elapsed() >= self.timing.lease_ttl => {
-                        tracing::warn!(error = %e, "lease renewal failed past its ttl; stopping");
-                        lost.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
-                }
-            }
-        })
-    }
-}
-
-/// Resolves once the engine is stopping.
-async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
-    // A closed channel means the engine is gone: stopping too.
-    let _ = rx.wait_for(|s| *s).await;
-}
-
-/// A turn in this process's running set, until dropped.
-struct Running<'a>(&'a Engine, &'a str);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        self.0.running().remove(self.1);
     }
 }

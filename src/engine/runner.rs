@@ -109,7 +109,7 @@ impl Engine {
         let outcome = loop {
             tokio::select! {
                 result = &mut call => break result,
-                _ = super::stopped(&mut stopping) => return Err(TurnStop::Stopping),
+                _ = super::placement::stopped(&mut stopping) => return Err(TurnStop::Stopping),
                 _ = poll.tick() => {
                     if lost.load(Ordering::SeqCst) {
                         return Err(TurnStop::LeaseLost);
