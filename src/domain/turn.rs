@@ -331,3 +331,7 @@ fn unique_call_ids(calls: Vec<ToolCall>, turn: &str, step: u32) -> Vec<ToolCall>
         })
         .collect()
 }
+
+#[cfg(test)]
+#[path = "turn_tests.rs"]
+mod tests;

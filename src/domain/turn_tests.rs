@@ -1,0 +1,224 @@
+//! The turn runner's decisions over the fold: what comes next, and that a decision made on a
+//! view the log has left behind appends nothing.
+
+use serde_json::json;
+
+use super::*;
+use crate::domain::agent::reason;
+use crate::domain::session::decide_create;
+use crate::domain::{EventId, FoldError, Recorded};
+
+const TURN: &str = "turn-1";
+
+fn rules(max_steps: u32) -> TurnRules {
+    TurnRules {
+        max_steps,
+        exit_tool: true,
+        questions: true,
+    }
+}
+
+fn commit(state: &mut SessionState, events: Vec<NewEvent>) -> Result<(), FoldError> {
+    let first = state.seq + 1;
+    for e in crate::store::stamp(&events, first, 1_000 + first) {
+        state.evolve(&e)?;
+    }
+    Ok(())
+}
+
+fn frame(_: bool, _: &imbl::Vector<Message>) -> Framed {
+    Framed {
+        system: "system".into(),
+        sections: vec![],
+        tools_hash: "t".into(),
+        assembly_hash: "a".into(),
+    }
+}
+
+fn main() -> AgentId {
+    AgentId::root()
+}
+
+/// A session whose root agent runs `TURN`, in plan mode when `plan`.
+fn running(plan: bool) -> SessionState {
+    let mut s = SessionState::default();
+    commit(&mut s, decide_create(None, None)).unwrap();
+    if plan {
+        let (_, events) = s.decide_set_plan(&main(), true).unwrap();
+        commit(&mut s, events).unwrap();
+    }
+    let (_, events) = s.decide_prompt(&main(), "fix it", TURN).unwrap();
+    commit(&mut s, events).unwrap();
+    s
+}
+
+fn start_step(s: &mut SessionState, step: u32, max: u32) {
+    let (req, events) = s
+        .decide_step(&main(), TURN, step, rules(max), "a", &frame)
+        .unwrap();
+    assert!(req.is_some(), "step {step} starts");
+    commit(s, events).unwrap();
+}
+
+fn call(name: &str, id: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: json!({"plan": "# Plan"}).to_string(),
+    }
+}
+
+fn answer(s: &mut SessionState, at: (u32, u32), calls: Vec<ToolCall>) {
+    let (ok, events) = s
+        .decide_model_answer(&main(), TURN, at, "text".into(), calls)
+        .unwrap();
+    assert!(ok);
+    commit(s, events).unwrap();
+}
+
+#[test]
+fn a_turn_steps_while_its_answers_call_tools_and_ends_at_the_step_limit() {
+    let mut s = running(false);
+    assert_eq!(s.next(&main(), TURN, rules(2)), Next::NewStep { step: 1 });
+    start_step(&mut s, 1, 2);
+    assert_eq!(
+        s.next(&main(), TURN, rules(2)),
+        Next::Retry {
+            step: 1,
+            attempt: 2
+        },
+        "an unanswered step is retried"
+    );
+    answer(&mut s, (1, 1), vec![call("search", "call_0")]);
+    assert!(matches!(s.next(&main(), TURN, rules(2)), Next::RunTool(_)));
+    let (ran, events) = s.decide_tool(&main(), TURN, rules(2)).unwrap();
+    assert!(ran);
+    let EventKind::ToolResult(r) = &events[0].kind else {
+        panic!("a result: {events:?}");
+    };
+    assert_eq!(r.result["reason"], "unknown-tool");
+    commit(&mut s, events).unwrap();
+    assert_eq!(s.next(&main(), TURN, rules(2)), Next::NewStep { step: 2 });
+    start_step(&mut s, 2, 2);
+    answer(&mut s, (2, 1), vec![call("search", "call_0")]);
+    let (_, events) = s.decide_tool(&main(), TURN, rules(2)).unwrap();
+    commit(&mut s, events).unwrap();
+    assert_eq!(
+        s.next(&main(), TURN, rules(2)),
+        Next::End {
+            reason: reason::STEP_LIMIT
+        }
+    );
+    let (ended, events) = s.decide_finish(&main(), TURN, rules(2)).unwrap();
+    assert!(ended);
+    let EventKind::TurnEnded(end) = &events[0].kind else {
+        panic!("{events:?}");
+    };
+    assert_eq!(end.reason, "step-limit");
+}
+
+#[test]
+fn only_the_current_attempt_of_a_step_can_record_its_answer() {
+    let mut s = running(false);
+    start_step(&mut s, 1, 50);
+    let (req, events) = s
+        .decide_retry(&main(), TURN, (1, 2), rules(50), "b")
+        .unwrap();
+    assert_eq!(req.unwrap().system.as_ref(), "system", "the frozen request");
+    commit(&mut s, events).unwrap();
+    let (ok, events) = s
+        .decide_model_answer(&main(), TURN, (1, 1), "late".into(), vec![])
+        .unwrap();
+    assert!(
+        !ok && events.is_empty(),
+        "the superseded attempt appends nothing"
+    );
+    assert!(s.decide_failed(&main(), TURN, (1, 1)).unwrap().1.is_empty());
+    answer(&mut s, (1, 2), vec![]);
+    assert_eq!(
+        s.next(&main(), TURN, rules(50)),
+        Next::End {
+            reason: reason::COMPLETED
+        }
+    );
+}
+
+#[test]
+fn after_a_cancel_no_runner_decision_appends_anything() {
+    let mut s = running(true);
+    start_step(&mut s, 1, 50);
+    let (_, events) = s.decide_end_turn(&main(), None, reason::CANCELLED).unwrap();
+    commit(&mut s, events).unwrap();
+    let r = rules(50);
+    assert_eq!(s.next(&main(), TURN, r), Next::Closed);
+    let answer = s.decide_model_answer(&main(), TURN, (1, 1), "x".into(), vec![]);
+    assert!(answer.unwrap().1.is_empty());
+    assert!(s.decide_tool(&main(), TURN, r).unwrap().1.is_empty());
+    assert!(s.decide_finish(&main(), TURN, r).unwrap().1.is_empty());
+    assert!(s
+        .decide_step(&main(), TURN, 2, r, "a", &frame)
+        .unwrap()
+        .1
+        .is_empty());
+    assert!(s
+        .decide_retry(&main(), TURN, (1, 2), r, "a")
+        .unwrap()
+        .1
+        .is_empty());
+}
+
+#[test]
+fn a_reused_call_id_asks_a_new_question_for_each_occurrence() {
+    let mut s = running(true);
+    let r = rules(50);
+    start_step(&mut s, 1, 50);
+    answer(&mut s, (1, 1), vec![call(EXIT_TOOL, "call_0")]);
+    let (_, asked) = s.decide_tool(&main(), TURN, r).unwrap();
+    let EventKind::QuestionAsked(q1) = asked[0].kind.clone() else {
+        panic!("{asked:?}");
+    };
+    commit(&mut s, asked).unwrap();
+    assert_eq!(s.next(&main(), TURN, r), Next::Wait);
+    let (_, events) = s
+        .decide_answer(&q1.id, Some("Keep planning".into()), None)
+        .unwrap();
+    commit(&mut s, events).unwrap();
+    let (_, events) = s.decide_tool(&main(), TURN, r).unwrap();
+    commit(&mut s, events).unwrap();
+    start_step(&mut s, 2, 50);
+    answer(&mut s, (2, 1), vec![call(EXIT_TOOL, "call_0")]);
+    let (_, asked) = s.decide_tool(&main(), TURN, r).unwrap();
+    let EventKind::QuestionAsked(q2) = &asked[0].kind else {
+        panic!("the second plan is not decided by the first answer: {asked:?}");
+    };
+    assert_ne!(q2.id, q1.id);
+    assert_eq!(q2.call_id, "call_0");
+}
+
+#[test]
+fn the_fold_refuses_a_question_for_a_call_that_is_not_open_and_a_skipped_attempt() {
+    let mut s = running(true);
+    start_step(&mut s, 1, 50);
+    let stray = EventKind::QuestionAsked(crate::domain::event::QuestionAsked {
+        id: "plan-review-9".into(),
+        intent: None,
+        title: "t".into(),
+        detail: "d".into(),
+        options: vec![],
+        allow_text: true,
+        turn: TURN.into(),
+        call_id: "call_0".into(),
+    });
+    let err = commit(&mut s.clone(), vec![NewEvent::new(&main(), stray)]).unwrap_err();
+    assert!(err.reason.contains("not open"), "{err}");
+    let skipped = EventKind::StepRetried(crate::domain::event::StepRetried {
+        turn: TURN.into(),
+        step: 1,
+        attempt: 3,
+        replica: "b".into(),
+        reason: "resumed".into(),
+    });
+    let err = commit(&mut s, vec![NewEvent::new(&main(), skipped)]).unwrap_err();
+    assert_eq!(err.at, EventId(s.seq + 1));
+    let _: Option<Recorded> = None;
+}
