@@ -22,7 +22,7 @@ use crate::domain::turn::Prompted;
 use crate::domain::turn::{next_action, Next};
 use crate::domain::{AgentId, NewEvent, SessionId, SessionState};
 use crate::service::{ServiceError, Sessions};
-use crate::store::{EventLog, LiveBus, StoreError, TurnLeases};
+use crate::store::{Ephemeral, EventLog, LiveBus, StoreError, TurnLeases};
 
 pub mod assembly;
 mod lifecycle;
@@ -65,6 +65,8 @@ pub struct Delta {
     pub agent: String,
     pub turn: String,
     pub step: u32,
+    /// The step's attempt: 1 for the first, as `step/retried` counts them.
+    pub attempt: u32,
     pub text: String,
 }
 
@@ -104,7 +106,7 @@ pub struct Engine {
     owner: String,
     timing: Timing,
     /// Deltas go out in order through one publisher task per replica.
-    deltas: tokio::sync::mpsc::UnboundedSender<String>,
+    deltas: tokio::sync::mpsc::UnboundedSender<Ephemeral>,
     /// Turns this process is running, so a sweep never starts a second runner here.
     running: Mutex<HashSet<String>>,
     /// The runtime turn runners live on (not an HTTP worker's), so they outlive requests.
@@ -154,10 +156,10 @@ impl Engine {
             owner,
             timing,
             deltas: {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ephemeral>();
                 tokio::spawn(async move {
-                    while let Some(json) = rx.recv().await {
-                        if let Err(e) = live.publish(json).await {
+                    while let Some(msg) = rx.recv().await {
+                        if let Err(e) = live.publish(msg).await {
                             tracing::debug!(error = %e, "a delta was not published");
                         }
                     }

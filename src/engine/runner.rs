@@ -15,7 +15,7 @@ use crate::domain::plan::review::{review, ReviewStep};
 use crate::domain::plan::{decide_prestep, EXIT_TOOL};
 use crate::domain::turn::{current_attempt, next_action, Next};
 use crate::domain::{EventKind, NewEvent, Recorded, SessionId, SessionState};
-use crate::store::{stamp, Append, EventLog};
+use crate::store::{stamp, Append, Ephemeral, EventLog, StepRef};
 
 impl Engine {
     pub(super) async fn run_turn(
@@ -209,17 +209,34 @@ impl Engine {
         lost: &std::sync::atomic::AtomicBool,
     ) -> Result<(), TurnStop> {
         let deltas = self.deltas.clone();
-        let (sid, agent, turn) = (t.sid.to_string(), t.agent.to_string(), t.turn.clone());
+        let kind: Arc<str> = Arc::from("assistant/delta");
+        let at = StepRef {
+            turn: t.turn.clone(),
+            step,
+            attempt,
+        };
         let on_delta = move |text: &str| {
             let delta = Delta {
                 kind: "assistant/delta",
-                session: sid.clone(),
-                agent: agent.clone(),
-                turn: turn.clone(),
+                session: t.sid.to_string(),
+                agent: t.agent.to_string(),
+                turn: at.turn.clone(),
                 step,
+                attempt,
                 text: text.to_owned(),
             };
-            let _ = deltas.send(serde_json::to_string(&delta).unwrap_or_default());
+            match serde_json::to_string(&delta) {
+                Ok(body) => {
+                    let _ = deltas.send(Ephemeral {
+                        sid: t.sid.clone(),
+                        agent: t.agent.clone(),
+                        kind: kind.clone(),
+                        step: Some(at.clone()),
+                        body: body.into(),
+                    });
+                }
+                Err(e) => tracing::warn!(error = %e, "a delta could not be serialized"),
+            }
         };
         let call = self.provider.complete(&request, &on_delta);
         tokio::pin!(call);

@@ -145,6 +145,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(s @ StoreError::Corrupt { .. }) => {
                 ApiError::opaque(Code::LogCorrupt, "the session log could not be read", s)
             }
+            ServiceError::Store(s @ StoreError::Unencodable(_)) => {
+                ApiError::opaque(Code::Internal, "the request could not be completed", s)
+            }
             ServiceError::Corrupt(f) => {
                 ApiError::opaque(Code::LogCorrupt, "the session log could not be folded", f)
             }

@@ -192,12 +192,9 @@ impl Sse {
                             self.emit(e);
                         }
                     }
-                    Ok(FeedItem::Ephemeral(json)) => {
-                        let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-                        let ty = v["type"].as_str().unwrap_or("ephemeral");
-                        if self.filter.passes(ty, v["agent"].as_str().unwrap_or("")) {
-                            let ty = ty.to_owned();
-                            self.push(frame(None, &ty, &json));
+                    Ok(FeedItem::Ephemeral(msg)) => {
+                        if self.filter.passes(&msg.kind, msg.agent.as_str()) {
+                            self.push(frame(None, &msg.kind, &msg.body));
                         }
                     }
                     Ok(FeedItem::Resync) => self.catching_up = true,

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{now_ms, stamp, Append, EventLog, LiveBus, LiveMessage, StoreResult, CONFLICT_BATCH};
+use super::{
+    now_ms, stamp, Append, Ephemeral, EventLog, LiveBus, LiveMessage, StoreResult, CONFLICT_BATCH,
+};
 use crate::domain::{NewEvent, Recorded, SessionId};
 
 /// One session's log: dense seqs from `first`.
@@ -131,8 +133,8 @@ impl EventLog for MemoryLog {
 }
 
 impl LiveBus for MemoryLog {
-    fn publish(&self, json: String) -> BoxFuture<'_, StoreResult<()>> {
-        self.broadcast(LiveMessage::Ephemeral(json.into()));
+    fn publish(&self, msg: Ephemeral) -> BoxFuture<'_, StoreResult<()>> {
+        self.broadcast(LiveMessage::Ephemeral(msg));
         Box::pin(async { Ok(()) })
     }
 

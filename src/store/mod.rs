@@ -7,10 +7,11 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::domain::{NewEvent, Recorded, SessionId};
+use crate::domain::{AgentId, NewEvent, Recorded, SessionId};
 
 pub mod memory;
 pub mod redis;
+mod wire;
 
 pub use self::memory::{MemoryLeases, MemoryLog};
 pub use self::redis::{RedisLeases, RedisLog};
@@ -26,6 +27,9 @@ pub enum StoreError {
     /// A stored entry cannot be decoded: the log is corrupt.
     #[error("the session log holds a corrupt entry {id}: {reason}")]
     Corrupt { id: String, reason: String },
+    /// A message the store cannot encode (a caller's bug, e.g. a space in a routing field).
+    #[error("the store cannot encode this message: {0}")]
+    Unencodable(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -79,15 +83,40 @@ pub enum LiveMessage {
         sid: SessionId,
         events: Vec<Recorded>,
     },
-    /// An ephemeral message (e.g. an assistant text delta) as JSON.
-    Ephemeral(std::sync::Arc<str>),
+    /// An ephemeral message, e.g. an assistant text delta.
+    Ephemeral(Ephemeral),
     /// The listener reconnected and may have missed messages.
     Reconnected,
 }
 
+/// An ephemeral (never recorded) live message: routing fields beside an opaque JSON body.
+///
+/// The live path routes and filters by the fields alone, so a delta is serialized once by its
+/// producer and never parsed again on its way to a subscriber.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ephemeral {
+    pub sid: SessionId,
+    pub agent: AgentId,
+    /// The SSE event name, e.g. `assistant/delta`.
+    pub kind: std::sync::Arc<str>,
+    /// For an assistant delta: the step it belongs to.
+    pub step: Option<StepRef>,
+    /// The frame's `data:` JSON, sent as is (never parsed by the live path).
+    pub body: std::sync::Arc<str>,
+}
+
+/// One attempt at one step of a turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepRef {
+    pub turn: String,
+    pub step: u32,
+    /// 1 for the first attempt, as `step/retried` counts them.
+    pub attempt: u32,
+}
+
 pub trait LiveBus: Send + Sync + 'static {
     /// Publishes an ephemeral message to every replica.
-    fn publish(&self, json: String) -> BoxFuture<'_, StoreResult<()>>;
+    fn publish(&self, msg: Ephemeral) -> BoxFuture<'_, StoreResult<()>>;
     /// Starts delivering every live message to `tx` (one listener per replica).
     fn listen(&self, tx: tokio::sync::mpsc::UnboundedSender<LiveMessage>);
 }
