@@ -233,25 +233,6 @@ impl Sessions {
         }
     }
 
-    /// The plan projection as of seq `at`, folded a batch at a time (memory stays O(agents)).
-    pub async fn plans_at(&self, sid: &SessionId, at: u64) -> Result<PlanProjection, ServiceError> {
-        let mut projection = PlanProjection::default();
-        let mut after = 0;
-        loop {
-            let events = self.log.read(sid, after, FOLD_BATCH).await?;
-            for e in &events {
-                if e.seq() > at {
-                    return Ok(projection);
-                }
-                projection.apply(e.agent.as_str(), &e.kind);
-            }
-            match events.last() {
-                Some(last) if events.len() == FOLD_BATCH => after = last.seq(),
-                _ => return Ok(projection),
-            }
-        }
-    }
-
     /// A page of the session's events after `after`; 404 for an unknown session.
     pub async fn page(
         &self,

@@ -2,8 +2,8 @@
 //! broadcast channels, one per session that has subscribers here. A replica never holds a
 //! Redis connection per subscriber.
 //!
-//! Delivery is best-effort by design: a subscriber tracks the last seq it sent and reads any
-//! gap from the log, and after a reconnect of the bus every feed is told
+//! Delivery is best-effort by design: a subscriber ([`stream::LiveStream`]) tracks the last seq
+//! it sent and reads any gap from the log, and after a reconnect of the bus every feed is told
 //! to resync, so a stream never skips or repeats an event. A subscriber that falls more than
 //! [`FEED_CAPACITY`] items behind is cut off and resumes with `Last-Event-ID`.
 //!
@@ -17,6 +17,12 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::domain::{Recorded, SessionId};
 use crate::store::{Ephemeral, LiveBus, LiveMessage};
+
+mod steps;
+pub mod stream;
+mod views;
+
+pub use stream::{Item, LiveStream};
 
 /// Items buffered per session feed by default; a subscriber further behind is disconnected.
 pub const FEED_CAPACITY: usize = 1024;
