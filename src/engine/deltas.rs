@@ -10,11 +10,15 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::LiveBus;
+use crate::domain::{AgentId, SessionId};
+use crate::store::{Ephemeral, LiveBus, StepRef};
 
 /// How long a runner waits for its deltas to go out before recording the answer anyway (the
 /// live bus may be down; the recorded answer matters more than the order of ephemera).
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
+/// The SSE event name of a delta.
+pub const KIND: &str = "assistant/delta";
 
 /// An assistant text delta as subscribers see it.
 #[derive(Clone, Debug, Serialize)]
@@ -32,13 +36,14 @@ pub struct Delta<'a> {
 }
 
 enum Message {
-    Publish(String),
+    Publish(Ephemeral),
     Flush(oneshot::Sender<()>),
 }
 
 #[derive(Clone)]
 pub struct Publisher {
     tx: mpsc::UnboundedSender<Message>,
+    kind: Arc<str>,
 }
 
 impl Publisher {
@@ -47,8 +52,8 @@ impl Publisher {
         tokio::spawn(async move {
             while let Some(msg) = rx.recv().await {
                 match msg {
-                    Message::Publish(json) => {
-                        if let Err(e) = live.publish(json).await {
+                    Message::Publish(msg) => {
+                        if let Err(e) = live.publish(msg).await {
                             tracing::debug!(error = %e, "a delta was not published");
                         }
                     }
@@ -58,17 +63,31 @@ impl Publisher {
                 }
             }
         });
-        Self { tx }
+        Self {
+            tx,
+            kind: Arc::from(KIND),
+        }
     }
 
-    pub fn send(&self, delta: &Delta<'_>) {
-        match serde_json::to_string(delta) {
-            Ok(json) => {
-                // The publisher lives as long as the runtime; a closed channel means shutdown.
-                let _ = self.tx.send(Message::Publish(json));
-            }
-            Err(e) => tracing::error!(error = %e, "a delta could not be serialized"),
-        }
+    /// Publishes `delta` of the session `sid`, routed by its agent and step.
+    pub fn send(&self, sid: &SessionId, agent: &AgentId, delta: &Delta<'_>) {
+        let body = match serde_json::to_string(delta) {
+            Ok(body) => body,
+            Err(e) => return tracing::error!(error = %e, "a delta could not be serialized"),
+        };
+        let msg = Ephemeral {
+            sid: sid.clone(),
+            agent: agent.clone(),
+            kind: self.kind.clone(),
+            step: Some(StepRef {
+                turn: delta.turn.to_owned(),
+                step: delta.step,
+                attempt: delta.attempt,
+            }),
+            body: body.into(),
+        };
+        // The publisher lives as long as the runtime; a closed channel means shutdown.
+        let _ = self.tx.send(Message::Publish(msg));
     }
 
     /// Waits until every delta sent before this call has been published.

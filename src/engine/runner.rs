@@ -91,15 +91,16 @@ impl Engine {
             tracing::error!(%turn, step = at.0, "the rebuilt request differs from the frozen assembly");
         }
         let on_delta = |text: &str| {
-            self.deltas.send(&Delta {
-                kind: "assistant/delta",
+            let delta = Delta {
+                kind: super::deltas::KIND,
                 session: t.sid.as_str(),
                 agent: agent.as_str(),
                 turn,
                 step: at.0,
                 attempt: at.1,
                 text,
-            })
+            };
+            self.deltas.send(&t.sid, agent, &delta)
         };
         let call = self.provider.complete(&request, &on_delta);
         tokio::pin!(call);

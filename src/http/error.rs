@@ -147,7 +147,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(s @ StoreError::Corrupt { .. }) => {
                 ApiError::opaque(Code::LogCorrupt, "the session log could not be read", s)
             }
-            ServiceError::Store(s @ StoreError::Unencodable { .. }) => {
+            ServiceError::Store(s @ StoreError::Unencodable(_)) => {
                 ApiError::opaque(Code::Internal, "the change could not be recorded", s)
             }
             ServiceError::Corrupt(f) => {

@@ -1,33 +1,27 @@
-//! Server-Sent Events: every committed event of a session (`id:` = event id, `event:` = type,
-//! `data:` = the event with `committed_at`), a derived `plan/view` whenever an agent's plan view
-//! changes, and assistant deltas as ephemeral events without an id.
+//! Server-Sent Events: the wire form of a [`LiveStream`]. Every committed event of a session
+//! (`id:` = event id, `event:` = type, `data:` = the event with `committed_at`), a derived
+//! `plan/view` whenever an agent's plan view changes, assistant deltas as ephemeral events
+//! without an id, and a `reset` when the cursor is older than the trimmed log.
 //!
-//! A stream subscribes to the replica's live feed first, then catches up from the log past its
-//! cursor (`Last-Event-ID`, else `?after=`), then follows the feed, reading any gap from the
-//! log, so it never skips or repeats an event. A cursor older than the trimmed log gets a
-//! `reset` event (re-read the session, then reconnect). Heartbeat comments keep proxies open;
-//! `max_events` / `max_ms` end the stream cleanly for load tools; shutdown ends it so clients
-//! reconnect elsewhere.
+//! What is sent, and in which order, is the live stream's (cursor, gaps, catch-up, plan
+//! views, stale deltas). This module owns the HTTP side: the cursor from `Last-Event-ID` (else
+//! `?after=`), the `types`/`agent` filters, framing, heartbeat comments that keep proxies open,
+//! `max_events` / `max_ms` that end the stream cleanly for load tools, and shutdown, which ends
+//! it so clients reconnect elsewhere.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
+use std::pin::Pin;
 use std::time::Duration;
 
 use actix_web::{get, web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use serde::Deserialize;
-use tokio::sync::broadcast::error::RecvError;
+use futures_util::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use utoipa::IntoParams;
 
 use super::{session_id, ApiError, Code, Problem, State};
-use crate::domain::plan::{PlanProjection, PlanView};
-use crate::domain::{EventId, Recorded, SessionId};
-use crate::live::{FeedItem, Subscription};
-use crate::store::EventLog;
-
-/// Events read from the log per round trip while catching up.
-const CATCH_UP_BATCH: usize = 500;
+use crate::domain::{EventId, PlanView, SessionId};
+use crate::live::{Item, LiveStream};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -40,7 +34,8 @@ pub struct EventsQuery {
     pub types: Option<String>,
     /// Only events of this agent.
     pub agent: Option<String>,
-    /// End the stream after this many events (for load tools).
+    /// End the stream after this many frames (events, plan views, deltas; not heartbeats), for
+    /// load tools.
     pub max_events: Option<u64>,
     /// End the stream after this many milliseconds (for load tools).
     pub max_ms: Option<u64>,
@@ -62,27 +57,12 @@ impl Filter {
     }
 }
 
-struct Sse {
-    sid: SessionId,
-    log: Arc<dyn EventLog>,
-    sub: Subscription,
-    /// The last event sent (or skipped by the filter): the stream's cursor.
-    last: u64,
-    filter: Filter,
-    plans: PlanProjection,
-    /// Whether plan mode is composed (no `plan/view` frames otherwise).
-    plan_views: bool,
-    queue: VecDeque<Bytes>,
-    sent: u64,
-    max_events: Option<u64>,
-    deadline: Option<Instant>,
-    heartbeat: tokio::time::Interval,
-    shutdown: tokio::sync::watch::Receiver<bool>,
-    done: bool,
-    /// Reading the log (lazily, a batch per poll) instead of the live feed.
-    catching_up: bool,
-    /// Just caught up: a lag now comes from the catch-up, not from a slow client.
-    fresh: bool,
+/// A `plan/view` frame's data.
+#[derive(Serialize)]
+struct ViewData<'a> {
+    agent: &'a str,
+    #[serde(flatten)]
+    view: PlanView,
 }
 
 fn frame(id: Option<EventId>, event: &str, data: &str) -> Bytes {
@@ -98,122 +78,74 @@ fn frame(id: Option<EventId>, event: &str, data: &str) -> Bytes {
     Bytes::from(out)
 }
 
+/// The frame for `item`, or `None` when the filter drops it.
+fn encode(item: &Item, filter: &Filter) -> Result<Option<Bytes>, serde_json::Error> {
+    Ok(match item {
+        Item::Event(e) => filter
+            .passes(e.kind.type_name(), e.agent.as_str())
+            .then(|| serde_json::to_string(e))
+            .transpose()?
+            .map(|data| frame(Some(e.id), e.kind.type_name(), &data)),
+        Item::PlanView { id, agent, view } => filter
+            .passes("plan/view", agent.as_str())
+            .then(|| {
+                serde_json::to_string(&ViewData {
+                    agent: agent.as_str(),
+                    view: *view,
+                })
+            })
+            .transpose()?
+            .map(|data| frame(*id, "plan/view", &data)),
+        Item::Ephemeral(msg) => filter
+            .passes(&msg.kind, msg.agent.as_str())
+            .then(|| frame(None, &msg.kind, &msg.body)),
+        Item::Reset { first_available } => {
+            let data = serde_json::json!({
+                "reason": "trimmed",
+                "message": "events after your cursor were compacted away; re-read the session, then reconnect after its last_event_id",
+                "first_available": first_available,
+            });
+            Some(frame(None, "reset", &data.to_string()))
+        }
+    })
+}
+
+struct Sse {
+    sid: SessionId,
+    items: Pin<Box<dyn Stream<Item = Item> + Send>>,
+    filter: Filter,
+    /// Frames sent, for `max_events` (heartbeats do not count).
+    sent: u64,
+    max_events: Option<u64>,
+    deadline: Option<Instant>,
+    heartbeat: tokio::time::Interval,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    done: bool,
+}
+
 impl Sse {
-    fn push(&mut self, bytes: Bytes) {
-        self.queue.push_back(bytes);
-        self.sent += 1;
-    }
-
-    /// Queues one committed event (if the filter passes) and any plan views it changed.
-    fn emit(&mut self, e: &Recorded) {
-        let before = self.plans.view();
-        self.plans.apply(e.agent.as_str(), &e.kind);
-        self.last = e.seq();
-        if self.filter.passes(e.kind.type_name(), e.agent.as_str()) {
-            let data = serde_json::to_string(e).unwrap_or_default();
-            self.push(frame(Some(e.id), e.kind.type_name(), &data));
-        }
-        for (agent, view) in self.plans.view() {
-            if before.get(&agent) != Some(&view) {
-                self.view(Some(e.id), &agent, view);
-            }
-        }
-    }
-
-    fn view(&mut self, id: Option<EventId>, agent: &str, view: PlanView) {
-        if self.plan_views && self.filter.passes("plan/view", agent) {
-            let mut data = serde_json::json!({ "agent": agent, "active": view.active });
-            if let Some(p) = view.pending {
-                data["pending"] = p.into();
-            }
-            self.push(frame(id, "plan/view", &data.to_string()));
-        }
-    }
-
-    /// Reads and queues one batch of the log past the cursor; catching up ends with a short
-    /// batch. One batch at a time keeps a subscriber's memory bounded however long the log.
-    async fn catch_up_batch(&mut self) {
-        let batch = match self.log.read(&self.sid, self.last, CATCH_UP_BATCH).await {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(session = %self.sid, error = %e, "SSE catch-up failed; closing the stream");
-                self.done = true;
-                return;
-            }
-        };
-        if let Some(first) = batch.first() {
-            if self.last > 0 && first.seq() > self.last + 1 {
-                let data = serde_json::json!({
-                    "reason": "trimmed",
-                    "message": "events after your cursor were compacted away; re-read the session, then reconnect after its last_event_id",
-                    "first_available": first.id,
-                });
-                self.queue
-                    .push_back(frame(None, "reset", &data.to_string()));
-                self.done = true;
-                return;
-            }
-        }
-        if batch.len() < CATCH_UP_BATCH {
-            self.catching_up = false;
-            self.fresh = true;
-        }
-        for e in &batch {
-            self.emit(e);
-        }
-    }
-
     async fn next(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(b) = self.queue.pop_front() {
-                return Some(b);
-            }
             if self.done || self.max_events.is_some_and(|m| self.sent >= m) {
                 return None;
             }
-            if self.catching_up {
-                self.catch_up_batch().await;
-                continue;
-            }
             let deadline = self.deadline;
             tokio::select! {
-                item = self.sub.rx().recv() => match item {
-                    Ok(FeedItem::Events(batch)) => {
-                        self.fresh = false;
-                        for e in batch.iter() {
-                            if e.seq() <= self.last {
-                                continue;
-                            }
-                            if e.seq() > self.last + 1 {
-                                // A gap (a lost message): the log has it, and the rest.
-                                self.catching_up = true;
-                                break;
-                            }
-                            self.emit(e);
+                item = self.items.next() => match item {
+                    Some(item) => match encode(&item, &self.filter) {
+                        Ok(Some(bytes)) => {
+                            self.sent += 1;
+                            return Some(bytes);
                         }
-                    }
-                    Ok(FeedItem::Ephemeral(json)) => {
-                        let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-                        let ty = v["type"].as_str().unwrap_or("ephemeral");
-                        if self.filter.passes(ty, v["agent"].as_str().unwrap_or("")) {
-                            let ty = ty.to_owned();
-                            self.push(frame(None, &ty, &json));
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::error!(session = %self.sid, error = %e, "an SSE frame could not be serialized; ending the stream");
+                            self.done = true;
                         }
-                    }
-                    Ok(FeedItem::Resync) => self.catching_up = true,
-                    // Fell behind while catching up from the log: not a slow client; skip what
-                    // the feed buffered and read it from the log instead.
-                    Err(RecvError::Lagged(_)) if self.fresh => {
-                        self.sub.skip_to_tail();
-                        self.catching_up = true;
-                    }
-                    Err(RecvError::Lagged(n)) => {
-                        tracing::info!(session = %self.sid, behind = n, "slow SSE subscriber cut off; it resumes with Last-Event-ID");
-                        self.done = true;
-                    }
-                    Err(RecvError::Closed) => self.done = true,
+                    },
+                    None => self.done = true,
                 },
-                _ = self.heartbeat.tick() => self.queue.push_back(Bytes::from_static(b": heartbeat\n\n")),
+                _ = self.heartbeat.tick() => return Some(Bytes::from_static(b": heartbeat\n\n")),
                 _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => self.done = true,
                 _ = self.shutdown.changed() => self.done = true,
             }
@@ -248,12 +180,11 @@ pub async fn events(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty());
-    let cursor = match header.or(query.after.as_deref()) {
-        Some(raw) => EventId::parse(raw)
-            .map_err(|e| ApiError::new(Code::InvalidQuery, e))?
-            .seq(),
-        None => 0,
-    };
+    let cursor = header
+        .or(query.after.as_deref())
+        .map(EventId::parse)
+        .transpose()
+        .map_err(|e| ApiError::new(Code::InvalidQuery, e))?;
     let filter = Filter {
         types: query
             .types
@@ -266,25 +197,20 @@ pub async fn events(
             .collect(),
         agent: query.agent.clone(),
     };
-    // Subscribe before reading, so nothing committed meanwhile is missed.
-    let sub = state.hub.subscribe(&sid);
-    let head = state.sessions.state(&sid).await?;
-    // The plan views as of the cursor, to derive plan/view changes from there on.
-    // Temporary: the live stream rework replaces this with views as of the head.
-    let plans = if cursor == 0 {
-        PlanProjection::default()
-    } else {
-        head.plans.clone()
-    };
+    let live = LiveStream::open(
+        &state.hub,
+        state.sessions.log().clone(),
+        &sid,
+        cursor,
+        state.composition.plan_mode.is_some(),
+        state.sessions.state(&sid),
+    )
+    .await?;
     let heartbeat = state.sse_heartbeat;
-    let mut sse = Sse {
+    let sse = Sse {
         sid,
-        log: state.sessions.log().clone(),
-        sub,
-        last: cursor,
+        items: Box::pin(live.into_stream()),
         filter,
-        plans,
-        queue: VecDeque::from([Bytes::from_static(b"retry: 2000\n\n")]),
         sent: 0,
         max_events: query.max_events,
         deadline: query
@@ -293,21 +219,13 @@ pub async fn events(
         heartbeat: tokio::time::interval_at(Instant::now() + heartbeat, heartbeat),
         shutdown: state.shutdown.clone(),
         done: false,
-        catching_up: true,
-        fresh: false,
-        plan_views: state.composition.plan_mode.is_some(),
     };
-    // The current plan view of every agent, so a client never folds by itself.
-    let views: BTreeMap<String, PlanView> = sse.plans.view();
-    for (agent, view) in views {
-        sse.view(None, &agent, view);
-    }
-    sse.sent = 0;
-    let body = futures_util::stream::unfold(sse, |mut sse| async move {
+    let retry = futures_util::stream::once(async { Ok(Bytes::from_static(b"retry: 2000\n\n")) });
+    let body = retry.chain(futures_util::stream::unfold(sse, |mut sse| async move {
         sse.next()
             .await
             .map(|b| (Ok::<_, actix_web::Error>(b), sse))
-    });
+    }));
     Ok(HttpResponse::Ok()
         .insert_header(("Content-Type", "text/event-stream"))
         .insert_header(("Cache-Control", "no-cache"))

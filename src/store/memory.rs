@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{
-    encode, now_ms, stamp, Anchor, Append, EventLog, LiveBus, LiveMessage, StoreResult,
+    encode, now_ms, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, StoreResult,
     CONFLICT_BATCH,
 };
 use crate::domain::{NewEvent, Recorded, SessionId};
@@ -161,8 +161,8 @@ impl EventLog for MemoryLog {
 }
 
 impl LiveBus for MemoryLog {
-    fn publish(&self, json: String) -> BoxFuture<'_, StoreResult<()>> {
-        self.broadcast(LiveMessage::Ephemeral(json.into()));
+    fn publish(&self, msg: Ephemeral) -> BoxFuture<'_, StoreResult<()>> {
+        self.broadcast(LiveMessage::Ephemeral(msg));
         Box::pin(async { Ok(()) })
     }
 

@@ -7,10 +7,11 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::domain::{NewEvent, Recorded, SessionId};
+use crate::domain::{AgentId, NewEvent, Recorded, SessionId};
 
 pub mod memory;
 pub mod redis;
+mod wire;
 
 pub use self::memory::{MemoryLeases, MemoryLog};
 pub use self::redis::{RedisLeases, RedisLog};
@@ -26,13 +27,10 @@ pub enum StoreError {
     /// A stored entry cannot be decoded: the log is corrupt.
     #[error("the session log holds a corrupt entry {id}: {reason}")]
     Corrupt { id: String, reason: String },
-    /// An event to append cannot be serialized: a bug in whoever decided it, not an outage, so
-    /// a retry cannot help. Nothing of its batch was appended.
-    #[error("a `{type_name}` event cannot be serialized; its batch was not appended: {source}")]
-    Unencodable {
-        type_name: &'static str,
-        source: serde_json::Error,
-    },
+    /// Something to append or publish cannot be encoded: a bug in whoever made it, not an
+    /// outage, so a retry cannot help. Nothing of its batch was written.
+    #[error("the store cannot encode this: {0}")]
+    Unencodable(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -103,15 +101,40 @@ pub enum LiveMessage {
         sid: SessionId,
         events: Vec<Recorded>,
     },
-    /// An ephemeral message (e.g. an assistant text delta) as JSON.
-    Ephemeral(std::sync::Arc<str>),
+    /// An ephemeral message, e.g. an assistant text delta.
+    Ephemeral(Ephemeral),
     /// The listener reconnected and may have missed messages.
     Reconnected,
 }
 
+/// An ephemeral (never recorded) live message: routing fields beside an opaque JSON body.
+///
+/// The live path routes and filters by the fields alone, so a delta is serialized once by its
+/// producer and never parsed again on its way to a subscriber.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ephemeral {
+    pub sid: SessionId,
+    pub agent: AgentId,
+    /// The SSE event name, e.g. `assistant/delta`.
+    pub kind: std::sync::Arc<str>,
+    /// For an assistant delta: the step it belongs to.
+    pub step: Option<StepRef>,
+    /// The frame's `data:` JSON, sent as is (never parsed by the live path).
+    pub body: std::sync::Arc<str>,
+}
+
+/// One attempt at one step of a turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepRef {
+    pub turn: String,
+    pub step: u32,
+    /// 1 for the first attempt, as `step/retried` counts them.
+    pub attempt: u32,
+}
+
 pub trait LiveBus: Send + Sync + 'static {
     /// Publishes an ephemeral message to every replica.
-    fn publish(&self, json: String) -> BoxFuture<'_, StoreResult<()>>;
+    fn publish(&self, msg: Ephemeral) -> BoxFuture<'_, StoreResult<()>>;
     /// Starts delivering every live message to `tx` (one listener per replica).
     fn listen(&self, tx: tokio::sync::mpsc::UnboundedSender<LiveMessage>);
 }
@@ -160,12 +183,12 @@ pub(crate) fn encode(events: &[NewEvent]) -> StoreResult<Vec<String>> {
     events
         .iter()
         .map(|e| {
-            e.kind
-                .data_json()
-                .map_err(|source| StoreError::Unencodable {
-                    type_name: e.kind.type_name(),
-                    source,
-                })
+            e.kind.data_json().map_err(|err| {
+                StoreError::Unencodable(format!(
+                    "a `{}` event cannot be serialized: {err}",
+                    e.kind.type_name()
+                ))
+            })
         })
         .collect()
 }

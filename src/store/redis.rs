@@ -3,7 +3,8 @@
 //! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
 //! and `XADD`s in one atomic step; the stream's own last id is the version, never `XLEN` (which
-//! is wrong after trimming).
+//! is wrong after trimming). Live messages share one pub/sub channel; their payloads are
+//! encoded and decoded in `wire.rs`.
 
 use std::time::Duration;
 
@@ -12,7 +13,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
 use super::{
-    encode, stamp, Anchor, Append, EventLog, LiveBus, LiveMessage, StoreError, StoreResult,
+    encode, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, StoreError,
+    StoreResult,
 };
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{AgentId, EventId, EventKind, NewEvent, Recorded, SessionId};
@@ -284,49 +286,11 @@ impl RedisLog {
     }
 }
 
-/// A committed batch as `append.lua` publishes it.
-#[derive(serde::Deserialize)]
-struct Published {
-    sid: String,
-    first: u64,
-    ms: serde_json::Value,
-    events: Vec<(String, String, String)>,
-}
-
-fn decode_published(payload: &[u8]) -> Option<LiveMessage> {
-    if payload.first() != Some(&b'{') || !payload.starts_with(b"{\"") {
-        return None;
-    }
-    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    if value.get("ephemeral").is_some() {
-        return Some(LiveMessage::Ephemeral(
-            value["ephemeral"].to_string().into(),
-        ));
-    }
-    let p: Published = serde_json::from_value(value).ok()?;
-    let sid = SessionId::parse(&p.sid).ok()?;
-    let ms = match &p.ms {
-        serde_json::Value::String(s) => s.parse().ok()?,
-        other => other.as_u64()?,
-    };
-    let mut events = Vec::with_capacity(p.events.len());
-    for ((ty, agent, data), seq) in p.events.iter().zip(p.first..) {
-        events.push(Recorded {
-            id: EventId(seq),
-            agent: AgentId::parse(agent).ok()?,
-            kind: EventKind::from_parts(ty, data.as_bytes()).ok()?,
-            committed_at: ms,
-            v: SCHEMA_VERSION,
-        });
-    }
-    Some(LiveMessage::Events { sid, events })
-}
-
 impl LiveBus for RedisLog {
-    fn publish(&self, json: String) -> BoxFuture<'_, StoreResult<()>> {
+    fn publish(&self, msg: Ephemeral) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let message = format!("{{\"ephemeral\":{json}}}");
+            let message = super::wire::encode_ephemeral(&msg)?;
             let _: Value = redis::cmd("PUBLISH")
                 .arg(&self.channel)
                 .arg(message)
@@ -355,7 +319,7 @@ impl LiveBus for RedisLog {
                             }
                             let mut messages = pubsub.on_message();
                             while let Some(msg) = messages.next().await {
-                                if let Some(m) = decode_published(msg.get_payload_bytes()) {
+                                if let Some(m) = super::wire::decode(msg.get_payload_bytes()) {
                                     if tx.send(m).is_err() {
                                         return;
                                     }

@@ -121,7 +121,8 @@ async fn type_and_agent_filters_select_what_a_client_reads() {
     a.set_plan(&sid, "main", true).await.ok();
     a.set_plan(&sid, &child, true).await.ok();
     let frames = plans.drain().await;
-    // The views of the two agents as they appear, then plan/mode + plan/view per flip; the
+    // The current views of the two agents (ordered by agent id), then plan/mode + plan/view
+    // per flip; the
     // bounded mode ends it after six.
     let seen: Vec<(&str, &str, bool)> = frames
         .iter()
@@ -141,8 +142,8 @@ async fn type_and_agent_filters_select_what_a_client_reads() {
     assert_eq!(
         seen,
         vec![
-            ("plan/view", "main", false),
             ("plan/view", child.as_str(), false),
+            ("plan/view", "main", false),
             ("plan/mode", "main", true),
             ("plan/view", "main", true),
             ("plan/mode", child.as_str(), true),
@@ -498,4 +499,76 @@ async fn a_replica_whose_cache_predates_a_trimmed_compaction_still_reads_the_ses
         c.set_plan(&sid, "main", false).await.ok()["outcome"],
         "committed"
     );
+}
+
+#[tokio::test]
+async fn with_a_thousand_agents_every_subscriber_gets_each_flip_of_one_agent_as_plan_mode_and_plan_view(
+) {
+    let redis = TestRedis::start().await;
+    let (a, b, _) = three(&redis).await;
+    let sid = a.create_session().await;
+    let mut agents = Vec::new();
+    // `main` and 999 more: DSH_MAX_AGENTS (1,000) of them.
+    for _ in 0..999 {
+        let spawned = a.spawn_agent(&sid, Some("main")).await.ok();
+        agents.push(spawned["id"].as_str().unwrap().to_owned());
+    }
+    let target = agents[500].clone();
+    let head_id = a.session(&sid).await.ok()["last_event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let head: u64 = head_id.trim_end_matches("-0").parse().unwrap();
+    assert_eq!(head, 1000);
+    let mut subscribers = [
+        // Replays the whole log, on the replica that writes.
+        SseClient::connect(&events_url(&a, &sid, ""), None).await,
+        // Resumes at the head, on another replica.
+        SseClient::connect(&events_url(&b, &sid, ""), Some(&head_id)).await,
+        SseClient::connect(&events_url(&b, &sid, "?types=plan/*"), None).await,
+    ];
+
+    let flips = 30;
+    let mut expected = Vec::new();
+    for i in 1..=flips {
+        let active = i % 2 == 1;
+        let put = a.set_plan(&sid, &target, active).await.ok();
+        assert_eq!(put["outcome"], "committed");
+        let id = format!("{}-0", head + i);
+        let view = json!({"agent": target, "active": active});
+        expected.push((id.clone(), "plan/mode".to_owned(), view.clone()));
+        expected.push((id, "plan/view".to_owned(), view));
+    }
+    let last = format!("{}-0", head + flips);
+    for sub in &mut subscribers {
+        let frames = sub
+            .until("the last flip's view", |f| {
+                f.event == "plan/view" && f.id.as_deref() == Some(last.as_str())
+            })
+            .await;
+        let initial = frames
+            .iter()
+            .filter(|f| f.event == "plan/view" && f.id.is_none())
+            .count();
+        assert_eq!(initial, 1001, "the view of every agent as of the head");
+        let burst: Vec<(String, String, serde_json::Value)> = frames
+            .iter()
+            .filter(|f| f.event.starts_with("plan/"))
+            .filter_map(|f| {
+                let id = f.id.clone()?;
+                let seq: u64 = id.trim_end_matches("-0").parse().unwrap();
+                let view = match f.event.as_str() {
+                    "plan/mode" => {
+                        json!({"agent": f.data["agent"], "active": f.data["data"]["active"]})
+                    }
+                    _ => f.data.clone(),
+                };
+                (seq > head).then(|| (id, f.event.clone(), view))
+            })
+            .collect();
+        assert_eq!(
+            burst, expected,
+            "each flip once, in order, and a view for no other agent"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 mod helpers;
 
 mod composition;
+mod deltas;
 mod errors;
 mod failover;
 mod integrity;

@@ -2,10 +2,13 @@
 //! broadcast channels, one per session that has subscribers here. A replica never holds a
 //! Redis connection per subscriber.
 //!
-//! Delivery is best-effort by design: a subscriber tracks the last seq it sent and reads any
-//! gap from the log, and after a reconnect of the bus every feed is told to resync, so a
-//! stream never skips or repeats an event. A subscriber that falls more than
+//! Delivery is best-effort by design: a subscriber ([`stream::LiveStream`]) tracks the last seq
+//! it sent and reads any gap from the log, and after a reconnect of the bus every feed is told
+//! to resync, so a stream never skips or repeats an event. A subscriber that falls more than
 //! [`FEED_CAPACITY`] items behind is cut off and resumes with `Last-Event-ID`.
+//!
+//! The hub routes by the fields a message carries and never parses a payload: a committed batch
+//! is shared by every subscriber of its session, an ephemeral body goes out as it came.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -13,7 +16,13 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::domain::{Recorded, SessionId};
-use crate::store::{LiveBus, LiveMessage};
+use crate::store::{Ephemeral, LiveBus, LiveMessage};
+
+mod steps;
+pub mod stream;
+mod views;
+
+pub use stream::{Item, LiveStream};
 
 /// Items buffered per session feed by default; a subscriber further behind is disconnected.
 pub const FEED_CAPACITY: usize = 1024;
@@ -21,8 +30,8 @@ pub const FEED_CAPACITY: usize = 1024;
 #[derive(Clone, Debug)]
 pub enum FeedItem {
     Events(Arc<[Recorded]>),
-    /// An ephemeral message (JSON with `type` and `session`), e.g. an assistant delta.
-    Ephemeral(Arc<str>),
+    /// An ephemeral message, e.g. an assistant delta.
+    Ephemeral(Arc<Ephemeral>),
     /// Messages may have been lost: read the log past your cursor.
     Resync,
 }
@@ -96,12 +105,9 @@ impl Hub {
                         let _ = tx.send(FeedItem::Events(events.into()));
                     }
                 }
-                LiveMessage::Ephemeral(json) => {
-                    let session = serde_json::from_str::<serde_json::Value>(&json)
-                        .ok()
-                        .and_then(|v| v["session"].as_str().and_then(|s| SessionId::parse(s).ok()));
-                    if let Some(tx) = session.and_then(|s| feeds.get(&s)) {
-                        let _ = tx.send(FeedItem::Ephemeral(json));
+                LiveMessage::Ephemeral(msg) => {
+                    if let Some(tx) = feeds.get(&msg.sid) {
+                        let _ = tx.send(FeedItem::Ephemeral(Arc::new(msg)));
                     }
                 }
                 LiveMessage::Reconnected => {

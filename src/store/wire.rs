@@ -1,0 +1,210 @@
+//! The payloads replicas exchange on the one live pub/sub channel, and their decoding.
+//!
+//! Two kinds share the channel, told apart by their first byte:
+//! - a committed batch, JSON published by `append.lua` in the append's own round trip
+//!   (`{"sid":…,"first":…,"ms":…,"events":[[type, agent, data], …]}`);
+//! - an ephemeral message: one header line `E <sid> <agent> <kind> <turn> <step> <attempt>`
+//!   (`- 0 0` when it belongs to no step), a newline, then the body bytes. Routing needs the
+//!   header alone, so a body (an assistant delta's JSON) is never parsed on the way.
+
+use std::sync::Arc;
+
+use super::{Ephemeral, LiveMessage, StepRef, StoreError, StoreResult};
+use crate::domain::event::SCHEMA_VERSION;
+use crate::domain::{AgentId, EventId, EventKind, Recorded, SessionId};
+
+/// Stands for "no step" in an ephemeral header; never a turn id (`turn-<hex>`).
+const NO_TURN: &str = "-";
+
+/// Whether `s` can stand as one header field: no spaces or control characters.
+fn header_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic() || b >= 0x80)
+}
+
+/// Encodes an ephemeral message as its header line and body.
+pub(super) fn encode_ephemeral(msg: &Ephemeral) -> StoreResult<String> {
+    let (turn, step, attempt) = match &msg.step {
+        Some(s) => (s.turn.as_str(), s.step, s.attempt),
+        None => (NO_TURN, 0, 0),
+    };
+    if !header_token(&msg.kind) || !header_token(turn) || (msg.step.is_some() && turn == NO_TURN) {
+        return Err(StoreError::Unencodable(format!(
+            "ephemeral kind `{}` and turn `{turn}` must be non-empty and without spaces",
+            msg.kind
+        )));
+    }
+    let mut out = String::with_capacity(msg.body.len() + 96);
+    out.push_str(&format!(
+        "E {} {} {} {turn} {step} {attempt}\n",
+        msg.sid, msg.agent, msg.kind
+    ));
+    out.push_str(&msg.body);
+    Ok(out)
+}
+
+/// Decodes a channel payload; `None` for one this version does not understand.
+pub(super) fn decode(payload: &[u8]) -> Option<LiveMessage> {
+    match payload {
+        [b'E', b' ', ..] => decode_ephemeral(payload).map(LiveMessage::Ephemeral),
+        [b'{', b'"', ..] => decode_committed(payload),
+        _ => None,
+    }
+}
+
+fn decode_ephemeral(payload: &[u8]) -> Option<Ephemeral> {
+    let end = payload.iter().position(|b| *b == b'\n')?;
+    let header = std::str::from_utf8(&payload[..end]).ok()?;
+    let body = std::str::from_utf8(&payload[end + 1..]).ok()?;
+    let fields: Vec<&str> = header.split(' ').collect();
+    let ["E", sid, agent, kind, turn, step, attempt] = fields.as_slice() else {
+        return None;
+    };
+    let step = match *turn {
+        NO_TURN => None,
+        turn => Some(StepRef {
+            turn: turn.to_owned(),
+            step: step.parse().ok()?,
+            attempt: attempt.parse().ok()?,
+        }),
+    };
+    Some(Ephemeral {
+        sid: SessionId::parse(sid).ok()?,
+        agent: AgentId::parse(agent).ok()?,
+        kind: Arc::from(*kind),
+        step,
+        body: Arc::from(body),
+    })
+}
+
+/// A committed batch as `append.lua` publishes it.
+#[derive(serde::Deserialize)]
+struct Published {
+    sid: String,
+    first: u64,
+    ms: serde_json::Value,
+    events: Vec<(String, String, String)>,
+}
+
+fn decode_committed(payload: &[u8]) -> Option<LiveMessage> {
+    let p: Published = serde_json::from_slice(payload).ok()?;
+    let sid = SessionId::parse(&p.sid).ok()?;
+    let ms = match &p.ms {
+        serde_json::Value::String(s) => s.parse().ok()?,
+        other => other.as_u64()?,
+    };
+    let mut events = Vec::with_capacity(p.events.len());
+    for ((ty, agent, data), seq) in p.events.iter().zip(p.first..) {
+        events.push(Recorded {
+            id: EventId(seq),
+            agent: AgentId::parse(agent).ok()?,
+            kind: EventKind::from_parts(ty, data.as_bytes()).ok()?,
+            committed_at: ms,
+            v: SCHEMA_VERSION,
+        });
+    }
+    Some(LiveMessage::Events { sid, events })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(step: Option<StepRef>, body: &str) -> Ephemeral {
+        Ephemeral {
+            sid: SessionId::parse("s1").unwrap(),
+            agent: AgentId::parse("agent-7").unwrap(),
+            kind: Arc::from("assistant/delta"),
+            step,
+            body: Arc::from(body),
+        }
+    }
+
+    fn round_trip(msg: &Ephemeral) -> Ephemeral {
+        let wire = encode_ephemeral(msg).unwrap();
+        match decode(wire.as_bytes()) {
+            Some(LiveMessage::Ephemeral(back)) => back,
+            other => panic!("decoded {other:?} from {wire:?}"),
+        }
+    }
+
+    #[test]
+    fn an_ephemeral_round_trips_with_its_body_untouched() {
+        let step = StepRef {
+            turn: "turn-0a1b".into(),
+            step: 3,
+            attempt: 2,
+        };
+        // Not JSON on purpose: the body is opaque, newlines and spaces included.
+        let msg = delta(Some(step), "{\"text\":\"a b\nc\"} not json");
+        assert_eq!(round_trip(&msg), msg);
+        let stepless = delta(None, "{}");
+        assert_eq!(round_trip(&stepless), stepless);
+    }
+
+    #[test]
+    fn the_header_is_what_routing_reads() {
+        let msg = delta(
+            Some(StepRef {
+                turn: "turn-ff".into(),
+                step: 1,
+                attempt: 1,
+            }),
+            "{}",
+        );
+        assert_eq!(
+            encode_ephemeral(&msg).unwrap(),
+            "E s1 agent-7 assistant/delta turn-ff 1 1\n{}"
+        );
+    }
+
+    #[test]
+    fn fields_that_would_break_the_header_are_refused() {
+        for turn in ["", "turn 1", "-", "turn\n1"] {
+            let msg = delta(
+                Some(StepRef {
+                    turn: turn.into(),
+                    step: 1,
+                    attempt: 1,
+                }),
+                "{}",
+            );
+            assert!(
+                matches!(encode_ephemeral(&msg), Err(StoreError::Unencodable(_))),
+                "{turn:?}"
+            );
+        }
+        let mut msg = delta(None, "{}");
+        msg.kind = Arc::from("assistant delta");
+        assert!(encode_ephemeral(&msg).is_err());
+    }
+
+    #[test]
+    fn malformed_payloads_decode_to_nothing() {
+        for payload in [
+            &b"E s1 main assistant/delta - 0 0"[..],
+            b"E s1 Main assistant/delta - 0 0\n{}",
+            b"E s1 main assistant/delta turn-1 x 1\n{}",
+            b"E s1 main assistant/delta turn-1 1 1 extra\n{}",
+            b"{\"ephemeral\":{}}",
+            b"hello",
+        ] {
+            assert!(
+                decode(payload).is_none(),
+                "{}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+    }
+
+    #[test]
+    fn a_committed_batch_decodes_with_dense_ids_from_first() {
+        let payload = br#"{"sid":"s1","first":4,"ms":"1700000000000","events":[["plan/mode","main","{\"active\":true}"],["plan/select","main","{\"active\":false}"]]}"#;
+        let Some(LiveMessage::Events { sid, events }) = decode(payload) else {
+            panic!("not a batch");
+        };
+        assert_eq!(sid.as_str(), "s1");
+        let ids: Vec<u64> = events.iter().map(Recorded::seq).collect();
+        assert_eq!(ids, vec![4, 5]);
+        assert_eq!(events[0].committed_at, 1_700_000_000_000);
+    }
+}
