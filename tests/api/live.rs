@@ -550,7 +550,7 @@ async fn with_a_thousand_agents_every_subscriber_gets_each_flip_of_one_agent_as_
             .iter()
             .filter(|f| f.event == "plan/view" && f.id.is_none())
             .count();
-        assert_eq!(initial, 1001, "the view of every agent as of the head");
+        assert_eq!(initial, 1000, "the view of every agent as of the head");
         let burst: Vec<(String, String, serde_json::Value)> = frames
             .iter()
             .filter(|f| f.event.starts_with("plan/"))
