@@ -9,6 +9,7 @@ use futures_util::future::BoxFuture;
 
 use crate::domain::{AgentId, NewEvent, Recorded, SessionId};
 
+mod entries;
 pub mod memory;
 pub mod redis;
 mod wire;
