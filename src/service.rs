@@ -81,8 +81,14 @@ impl Sessions {
         }
     }
 
-    pub fn log(&self) -> &Arc<dyn EventLog> {
-        &self.log
+    /// `redis` or `memory`, as `/v1/status` reports it.
+    pub fn store_kind(&self) -> &'static str {
+        self.log.kind()
+    }
+
+    /// Checks that the store answers (readiness).
+    pub async fn ping(&self) -> Result<(), ServiceError> {
+        Ok(self.log.ping().await?)
     }
 
     /// The session folded up to the log's current end.

@@ -103,7 +103,7 @@ impl Application {
             Prompting::workspace_instructions(settings.workspace.as_deref()),
         );
         let provider = open_provider(&settings, policy)?;
-        let sessions = Arc::new(Sessions::new(stores.log));
+        let sessions = Arc::new(Sessions::new(stores.log.clone()));
         let engine = Engine::new(
             sessions.clone(),
             stores.live.clone(),
@@ -118,7 +118,11 @@ impl Application {
             },
         );
         engine.start();
-        let hub = Hub::start(stores.live.as_ref(), settings.sse_feed_capacity);
+        let hub = Hub::start(
+            stores.live.as_ref(),
+            stores.log.clone(),
+            settings.sse_feed_capacity,
+        );
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
         let state = Arc::new(AppState {
             sessions,

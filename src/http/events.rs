@@ -199,7 +199,6 @@ pub async fn events(
     };
     let live = LiveStream::open(
         &state.hub,
-        state.sessions.log().clone(),
         &sid,
         cursor,
         state.composition.plan_mode.is_some(),

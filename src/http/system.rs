@@ -45,7 +45,7 @@ pub async fn status(state: State) -> Json<Status> {
     Json(Status {
         service: "dsh-plan",
         version: env!("CARGO_PKG_VERSION"),
-        store: state.sessions.log().kind(),
+        store: state.sessions.store_kind(),
         replica: state.replica_id.clone(),
         provider: state.engine.provider_name(),
         features: Features {
@@ -100,12 +100,7 @@ pub async fn healthz() -> Json<Health> {
 ))]
 #[get("/readyz")]
 pub async fn readyz(state: State) -> Result<Json<Health>, ApiError> {
-    state
-        .sessions
-        .log()
-        .ping()
-        .await
-        .map_err(crate::service::ServiceError::Store)?;
+    state.sessions.ping().await?;
     Ok(Json(Health { status: "ready" }))
 }
 
@@ -130,7 +125,7 @@ pub async fn metrics(state: State) -> actix_web::HttpResponse {
         state.hub.active_feeds(),
         state.engine.running_turns(),
         env!("CARGO_PKG_VERSION"),
-        state.sessions.log().kind(),
+        state.sessions.store_kind(),
         state.engine.provider_name(),
         state.replica_id.replace(['"', '\\', '\n'], "_"),
     ) + &state.requests.render();

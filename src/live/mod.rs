@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::domain::{Recorded, SessionId};
-use crate::store::{Ephemeral, LiveBus, LiveMessage};
+use crate::store::{Ephemeral, EventLog, LiveBus, LiveMessage};
 
 mod steps;
 pub mod stream;
@@ -39,6 +39,8 @@ pub enum FeedItem {
 pub struct Hub {
     feeds: Mutex<HashMap<SessionId, broadcast::Sender<FeedItem>>>,
     capacity: usize,
+    /// The log streams catch up from (through the store's seam, as DESIGN §7 allows).
+    log: Arc<dyn EventLog>,
 }
 
 /// A subscriber's handle on a session feed; the feed goes away with its last subscriber.
@@ -84,10 +86,11 @@ impl Drop for Subscription {
 
 impl Hub {
     /// Starts listening on `bus` and dispatching to local feeds.
-    pub fn start(bus: &dyn LiveBus, capacity: usize) -> Arc<Self> {
+    pub fn start(bus: &dyn LiveBus, log: Arc<dyn EventLog>, capacity: usize) -> Arc<Self> {
         let hub = Arc::new(Hub {
             feeds: Mutex::default(),
             capacity: capacity.max(1),
+            log,
         });
         let (tx, rx) = mpsc::unbounded_channel();
         bus.listen(tx);

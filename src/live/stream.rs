@@ -81,7 +81,6 @@ impl LiveStream {
     /// that resumes after `after` (from the start when `None`).
     pub async fn open<E>(
         hub: &Arc<Hub>,
-        log: Arc<dyn EventLog>,
         sid: &SessionId,
         after: Option<EventId>,
         plan_views: bool,
@@ -89,7 +88,14 @@ impl LiveStream {
     ) -> Result<Self, E> {
         let sub = hub.subscribe(sid);
         let head = head.await?;
-        Ok(Self::start(sub, log, sid, after, plan_views, &head))
+        Ok(Self::start(
+            sub,
+            hub.log.clone(),
+            sid,
+            after,
+            plan_views,
+            &head,
+        ))
     }
 
     fn start(

@@ -7,7 +7,7 @@ use super::*;
 async fn a_stream_catches_up_then_follows_live_without_gaps_or_duplicates() {
     // The realistic wiring: the memory log is the bus too, so every append is delivered.
     let log = Arc::new(MemoryLog::default());
-    let hub = Hub::start(log.as_ref(), 16);
+    let hub = Hub::start(log.as_ref(), log.clone(), 16);
     let sid = SessionId::parse("s1").unwrap();
     let commit = |expected: u64, events: Vec<NewEvent>| {
         let log = log.clone();
@@ -15,14 +15,13 @@ async fn a_stream_catches_up_then_follows_live_without_gaps_or_duplicates() {
         async move { log.append(&sid, expected, &events).await.unwrap() }
     };
     commit(0, vec![created(), mode("main", true)]).await;
-    let dyn_log: Arc<dyn EventLog> = log.clone();
     // Committed after subscribing and before the head is read: in the feed, the log and the
     // head at once, and still sent once.
     let head = async {
         commit(2, vec![select("main", false)]).await;
         fold(&log, &sid).await
     };
-    let mut stream = LiveStream::open(&hub, dyn_log, &sid, None, true, head)
+    let mut stream = LiveStream::open(&hub, &sid, None, true, head)
         .await
         .unwrap();
     assert_eq!(

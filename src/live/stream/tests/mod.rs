@@ -52,10 +52,11 @@ impl Session {
     /// A session with its root agent `main`, its creation not yet delivered to anyone.
     async fn new(capacity: usize) -> Self {
         let wire = Wire::default();
-        let hub = Hub::start(&wire, capacity);
+        let log = Arc::new(MemoryLog::default());
+        let hub = Hub::start(&wire, log.clone(), capacity);
         let s = Self {
             sid: SessionId::parse("s1").unwrap(),
-            log: Arc::new(MemoryLog::default()),
+            log,
             wire,
             hub,
             head: AtomicU64::new(0),
@@ -95,9 +96,8 @@ impl Session {
     }
 
     async fn open(&self, after: Option<u64>) -> LiveStream {
-        let log: Arc<dyn EventLog> = self.log.clone();
         let head = fold(&self.log, &self.sid);
-        LiveStream::open(&self.hub, log, &self.sid, after.map(EventId), true, head)
+        LiveStream::open(&self.hub, &self.sid, after.map(EventId), true, head)
             .await
             .unwrap()
     }
