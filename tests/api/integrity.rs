@@ -107,13 +107,12 @@ async fn cancel_then_compact_at_once_never_lets_the_cancelled_turn_write_again()
     }
 }
 
-async fn call_0_app(redis: &TestRedis, mock: &MockProvider) -> TestApp {
-    let url = mock.url();
-    spawn_with(Some(redis), "a", move |s| {
-        s.provider = "openai".into();
-        s.provider_url = url;
-    })
-    .await
+/// A session in plan mode whose root agent was just prompted: its id and the turn.
+async fn planning(app: &TestApp, prompt: &str) -> (String, String) {
+    let sid = app.create_session().await;
+    app.set_plan(&sid, "main", true).await.ok();
+    let turn = turn_of(app.prompt(&sid, "main", prompt).await);
+    (sid, turn)
 }
 
 fn plan_call(plan: &str) -> String {
@@ -127,10 +126,8 @@ async fn a_provider_naming_every_call_call_0_gets_one_question_per_submitted_pla
     mock.next(plan_call("# Plan A"), Duration::ZERO).await;
     mock.next(plan_call("# Plan B"), Duration::ZERO).await;
     mock.otherwise(text_reply("Working on it.")).await;
-    let app = call_0_app(&redis, &mock).await;
-    let sid = app.create_session().await;
-    app.set_plan(&sid, "main", true).await.ok();
-    let turn = turn_of(app.prompt(&sid, "main", "fix the login bug").await);
+    let app = mock.replica(&redis, |_| {}).await;
+    let (sid, turn) = planning(&app, "fix the login bug").await;
 
     let first = app.await_question(&sid).await;
     assert_eq!(first["detail"], "# Plan A");
@@ -187,10 +184,8 @@ async fn a_plan_submitted_after_re_entering_plan_mode_is_not_approved_by_the_ear
     mock.next(search, Duration::from_millis(800)).await;
     mock.next(plan_call("# Plan B"), Duration::ZERO).await;
     mock.otherwise(text_reply("Waiting for your review.")).await;
-    let app = call_0_app(&redis, &mock).await;
-    let sid = app.create_session().await;
-    app.set_plan(&sid, "main", true).await.ok();
-    let turn = turn_of(app.prompt(&sid, "main", "fix the login bug").await);
+    let app = mock.replica(&redis, |_| {}).await;
+    let (sid, turn) = planning(&app, "fix the login bug").await;
 
     let q1 = app.await_question(&sid).await["id"]
         .as_str()
@@ -228,13 +223,7 @@ async fn a_turn_that_keeps_calling_tools_ends_with_step_limit_after_max_steps() 
     let mock = MockProvider::start().await;
     mock.otherwise(tool_call_reply("search", &json!({"q": "x"}), "call_0"))
         .await;
-    let url = mock.url();
-    let app = spawn_with(Some(&redis), "a", move |s| {
-        s.provider = "openai".into();
-        s.provider_url = url;
-        s.max_steps = 3;
-    })
-    .await;
+    let app = mock.replica(&redis, |s| s.max_steps = 3).await;
     let sid = app.create_session().await;
     let mut sse = SseClient::connect(&app.url(&format!("/v1/sessions/{sid}/events")), None).await;
     let turn = turn_of(app.prompt(&sid, "main", "search forever").await);
@@ -301,10 +290,8 @@ async fn text_sent_with_an_approval_reaches_the_model() {
     let mock = MockProvider::start().await;
     mock.next(plan_call("# Plan"), Duration::ZERO).await;
     mock.otherwise(text_reply("On it.")).await;
-    let app = call_0_app(&redis, &mock).await;
-    let sid = app.create_session().await;
-    app.set_plan(&sid, "main", true).await.ok();
-    let turn = turn_of(app.prompt(&sid, "main", "fix it").await);
+    let app = mock.replica(&redis, |_| {}).await;
+    let (sid, turn) = planning(&app, "fix it").await;
     let q = app.await_question(&sid).await["id"]
         .as_str()
         .unwrap()

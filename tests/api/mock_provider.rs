@@ -60,6 +60,21 @@ impl MockProvider {
         format!("{}/v1", self.server.uri())
     }
 
+    /// A replica on `redis` that sends every step to this mock, with `adjust`ed settings.
+    pub async fn replica(
+        &self,
+        redis: &crate::helpers::TestRedis,
+        adjust: impl FnOnce(&mut dsh_plan::config::Settings),
+    ) -> crate::helpers::TestApp {
+        let url = self.url();
+        crate::helpers::spawn_with(Some(redis), "a", move |s| {
+            s.provider = "openai".into();
+            s.provider_url = url;
+            adjust(s);
+        })
+        .await
+    }
+
     /// Answers the next request (only that one) with `body` after `delay`.
     pub async fn next(&self, body: String, delay: Duration) {
         self.answer(200, body, delay, Some(1)).await;

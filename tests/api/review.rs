@@ -196,12 +196,7 @@ async fn exit_plan_mode_while_inactive_fails_with_reason_inactive() {
     let mock = MockProvider::start().await;
     mock.next(plan_call_reply("# Plan"), Duration::ZERO).await;
     mock.otherwise(text_reply("ok")).await;
-    let url = mock.url();
-    let app = spawn_with(Some(&redis), "a", move |s| {
-        s.provider = "openai".into();
-        s.provider_url = url;
-    })
-    .await;
+    let app = mock.replica(&redis, |_| {}).await;
     let sid = app.create_session().await;
     let turn = app.prompt(&sid, "main", "hi").await.ok()["turn"]
         .as_str()

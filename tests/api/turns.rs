@@ -18,13 +18,7 @@ fn policy() -> String {
 }
 
 async fn openai_app(redis: &TestRedis, mock: &MockProvider, workspace: Option<String>) -> TestApp {
-    let url = mock.url();
-    spawn_with(Some(redis), "a", move |s| {
-        s.provider = "openai".into();
-        s.provider_url = url;
-        s.workspace = workspace;
-    })
-    .await
+    mock.replica(redis, |s| s.workspace = workspace).await
 }
 
 fn turn_of(reply: &crate::helpers::Reply) -> String {
