@@ -23,6 +23,8 @@ use crate::store::{Anchor, Append, EventLog, StoreError};
 const FOLD_BATCH: usize = 10_000;
 /// Attempts of one decision before giving up with [`ServiceError::Contention`].
 const MAX_ATTEMPTS: usize = 32;
+/// Times one read folds a session again from its start because the log was replaced.
+const MAX_REFOLDS: usize = 3;
 /// Folded sessions a replica expects to keep.
 const CACHE_SESSIONS: usize = 100_000;
 /// What the cache of folded sessions may hold, in (approximate) bytes.
@@ -110,6 +112,7 @@ impl Sessions {
         state: Arc<SessionState>,
     ) -> Result<Arc<SessionState>, ServiceError> {
         let mut state = state;
+        let mut refolds = 0;
         loop {
             let anchor = Anchor {
                 seq: state.seq,
@@ -118,6 +121,12 @@ impl Sessions {
             let Some(events) = self.log.read_after(sid, anchor, FOLD_BATCH).await? else {
                 tracing::warn!(session = %sid, seq = state.seq, "the log no longer holds what this replica folded; folding it again");
                 self.cache.remove(sid);
+                // A log replaced again and again under a fold (compactions racing it) must
+                // not keep this request folding forever.
+                refolds += 1;
+                if refolds > MAX_REFOLDS {
+                    return Err(ServiceError::Contention);
+                }
                 state = Arc::default();
                 continue;
             };
