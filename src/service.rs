@@ -29,6 +29,11 @@ const MAX_REFOLDS: usize = 3;
 const CACHE_SESSIONS: usize = 100_000;
 /// What the cache of folded sessions may hold, in (approximate) bytes.
 const CACHE_BYTES: u64 = 512 << 20;
+/// The cache's shards; each holds an equal part of [`CACHE_BYTES`].
+const CACHE_SHARDS: usize = 16;
+/// The most one session weighs: the cache refuses an entry heavier than its shard's budget,
+/// and a session that is never cached would be folded from its first event on every read.
+const MAX_WEIGHT: u64 = CACHE_BYTES / CACHE_SHARDS as u64 / 4;
 const LOCK_SHARDS: usize = 1024;
 
 /// A folded session's weight in the cache: a base for its agents plus what it holds.
@@ -37,8 +42,26 @@ struct ByBytes;
 
 impl quick_cache::Weighter<SessionId, Arc<SessionState>> for ByBytes {
     fn weight(&self, _: &SessionId, s: &Arc<SessionState>) -> u64 {
-        (1024 + 256 * s.agents.len() + s.bytes) as u64
+        ((1024 + 256 * s.agents.len() + s.bytes) as u64).min(MAX_WEIGHT)
     }
+}
+
+type FoldCache = Cache<
+    SessionId,
+    Arc<SessionState>,
+    ByBytes,
+    quick_cache::DefaultHashBuilder,
+    quick_cache::sync::DefaultLifecycle<SessionId, Arc<SessionState>>,
+>;
+
+fn fold_cache() -> FoldCache {
+    let options = quick_cache::OptionsBuilder::new()
+        .estimated_items_capacity(CACHE_SESSIONS)
+        .weight_capacity(CACHE_BYTES)
+        .shards(CACHE_SHARDS)
+        .build()
+        .unwrap_or_else(|e| unreachable!("the cache options are constants: {e:?}"));
+    Cache::with_options(options, ByBytes, Default::default(), Default::default())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +91,7 @@ pub struct Decided<T> {
 
 pub struct Sessions {
     log: Arc<dyn EventLog>,
-    cache: Cache<SessionId, Arc<SessionState>, ByBytes>,
+    cache: FoldCache,
     locks: Box<[tokio::sync::Mutex<()>]>,
 }
 
@@ -76,7 +99,7 @@ impl Sessions {
     pub fn new(log: Arc<dyn EventLog>) -> Self {
         Self {
             log,
-            cache: Cache::with_weighter(CACHE_SESSIONS, CACHE_BYTES, ByBytes),
+            cache: fold_cache(),
             locks: (0..LOCK_SHARDS)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),

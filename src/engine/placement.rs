@@ -100,9 +100,17 @@ impl Engine {
             // Leaves the running set however the runner ends, a panic included.
             let _running = Running(&engine, &member);
             let lost = Arc::new(AtomicBool::new(false));
-            let renew = engine.clone().keep_lease(member.clone(), lost.clone());
-            let result = engine.run_turn(&t, &lost).await;
-            renew.abort();
+            let renew = AbortOnDrop(engine.clone().keep_lease(member.clone(), lost.clone()));
+            let run = std::panic::AssertUnwindSafe(engine.run_turn(&t, &lost));
+            let result = match futures_util::FutureExt::catch_unwind(run).await {
+                Ok(result) => result,
+                // A bug, not an outage: adopting the turn again would panic again, forever.
+                Err(_) => {
+                    tracing::error!(%member, "the turn runner panicked; ending the turn as failed");
+                    engine.fail_turn(&t).await
+                }
+            };
+            drop(renew);
             let let_go = match &result {
                 Ok(_) => engine.leases.release(&member, &engine.owner).await,
                 Err(TurnStop::Stopping) => {
@@ -135,6 +143,15 @@ impl Engine {
                 engine.recheck(t).await;
             }
         });
+    }
+
+    /// Ends a turn whose runner failed by a bug (it panicked).
+    async fn fail_turn(&self, t: &TurnRef) -> Result<Exit, TurnStop> {
+        let failed = crate::domain::agent::reason::FAILED;
+        let end =
+            |s: &crate::domain::SessionState| s.decide_end_turn(&t.agent, Some(&t.turn), failed);
+        self.sessions.decide(&t.sid, end).await?;
+        Ok(Exit::Closed)
     }
 
     /// Continues a turn here if it has something to do and no replica holds it.
@@ -194,6 +211,15 @@ impl Engine {
         })
     }
 }
+/// Aborts the task when dropped: a lease is renewed only while its runner lives.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Resolves once the engine is stopping.
 pub(super) async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
     // A closed channel means the engine is gone: stopping too.

@@ -84,7 +84,7 @@ impl OpenAi {
                 }
                 let v: Value = serde_json::from_str(data)
                     .map_err(|e| ProviderError::Fatal(format!("bad chunk: {e}")))?;
-                acc.feed(&v, on_delta);
+                acc.feed(&v, on_delta)?;
             }
         }
         // Some servers end the stream without `[DONE]`; a finish reason means it was complete.
@@ -96,25 +96,44 @@ impl OpenAi {
     }
 }
 
+/// Tool calls one answer may make; a provider naming a higher index is broken.
+const MAX_TOOL_CALLS: usize = 64;
+/// Bytes of text and tool arguments one answer may stream.
+const MAX_ANSWER_BYTES: usize = 8 << 20;
+
 #[derive(Default)]
 struct Accumulator {
+    /// Bytes accumulated so far.
+    bytes: usize,
     text: String,
     calls: Vec<(String, String, String)>,
     finished: bool,
 }
 
 impl Accumulator {
-    fn feed(&mut self, chunk: &Value, on_delta: OnDelta<'_>) {
+    fn feed(&mut self, chunk: &Value, on_delta: OnDelta<'_>) -> Result<(), ProviderError> {
         let Some(choice) = chunk["choices"].get(0) else {
-            return;
+            return Ok(());
         };
         let delta = &choice["delta"];
         if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            self.count(t.len())?;
             self.text.push_str(t);
             on_delta(t);
         }
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let i = call["index"].as_u64().unwrap_or(self.calls.len() as u64) as usize;
+            let i = call["index"].as_u64().unwrap_or(self.calls.len() as u64);
+            let i = usize::try_from(i)
+                .ok()
+                .filter(|i| *i < MAX_TOOL_CALLS)
+                .ok_or_else(|| {
+                    ProviderError::Fatal(format!(
+                        "tool call index {i} (an answer may make {MAX_TOOL_CALLS} calls)"
+                    ))
+                })?;
+            let len = |v: &Value| v.as_str().map_or(0, str::len);
+            self.count(len(&call["id"]) + len(&call["function"]["name"]))?;
+            self.count(len(&call["function"]["arguments"]))?;
             if self.calls.len() <= i {
                 self.calls.resize(i + 1, Default::default());
             }
@@ -132,6 +151,17 @@ impl Accumulator {
         if !choice["finish_reason"].is_null() {
             self.finished = true;
         }
+        Ok(())
+    }
+
+    fn count(&mut self, bytes: usize) -> Result<(), ProviderError> {
+        self.bytes += bytes;
+        if self.bytes > MAX_ANSWER_BYTES {
+            return Err(ProviderError::Fatal(format!(
+                "the answer exceeds {MAX_ANSWER_BYTES} bytes"
+            )));
+        }
+        Ok(())
     }
 
     fn finish(self) -> Completion {
