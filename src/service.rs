@@ -137,11 +137,7 @@ impl Sessions {
         let mut state = state;
         let mut refolds = 0;
         loop {
-            let anchor = Anchor {
-                seq: state.seq,
-                ts: state.tail_ts,
-            };
-            let Some(events) = self.log.read_after(sid, anchor, FOLD_BATCH).await? else {
+            let Some(events) = self.log.read_after(sid, anchor(&state), FOLD_BATCH).await? else {
                 tracing::warn!(session = %sid, seq = state.seq, "the log no longer holds what this replica folded; folding it again");
                 self.cache.remove(sid);
                 // A log replaced again and again under a fold (compactions racing it) must
@@ -211,14 +207,14 @@ impl Sessions {
                     // A refusal is only an answer if it was made on the log's current end;
                     // a cached view may be behind (e.g. a question asked on another replica).
                     let current = self.catch_up(sid, state.clone()).await?;
-                    if current.seq == state.seq {
+                    if anchor(&current) == anchor(&state) {
                         return Err(refusal.into());
                     }
                     state = current;
                     continue;
                 }
             };
-            match self.log.append(sid, state.seq, &events).await? {
+            match self.log.append(sid, anchor(&state), &events).await? {
                 Append::Committed(recorded) => {
                     let state = self.advance(sid, state, &recorded)?;
                     return Ok(Decided {
@@ -228,18 +224,18 @@ impl Sessions {
                     });
                 }
                 Append::Conflict { head, missing } => {
-                    state = if head < state.seq {
-                        // The log is shorter than what we folded: it was replaced. Start over.
-                        self.cache.remove(sid);
-                        self.catch_up(sid, Arc::default()).await?
+                    let s = self.advance(sid, state, &missing)?;
+                    state = if s.seq < head {
+                        self.catch_up(sid, s).await?
                     } else {
-                        let s = self.advance(sid, state, &missing)?;
-                        if s.seq < head {
-                            self.catch_up(sid, s).await?
-                        } else {
-                            s
-                        }
+                        s
                     };
+                }
+                Append::Replaced => {
+                    // The log no longer holds what we folded (Redis lost data): start over.
+                    tracing::warn!(session = %sid, seq = state.seq, "the log no longer holds what this replica folded; folding it again");
+                    self.cache.remove(sid);
+                    state = self.catch_up(sid, Arc::default()).await?;
                 }
             }
         }
@@ -255,7 +251,8 @@ impl Sessions {
         let events = decide_create(parent, agents);
         loop {
             let sid = SessionId::generate();
-            if let Append::Committed(recorded) = self.log.append(&sid, 0, &events).await? {
+            let new = Anchor::default();
+            if let Append::Committed(recorded) = self.log.append(&sid, new, &events).await? {
                 let state = self.advance(&sid, Arc::default(), &recorded)?;
                 return Ok((sid, state));
             }
@@ -306,5 +303,13 @@ impl Sessions {
             self.state(sid).await?;
         }
         Ok(events)
+    }
+}
+
+/// Where a fold stands in its log: what a catch-up reads past and an append expects.
+fn anchor(state: &SessionState) -> Anchor {
+    Anchor {
+        seq: state.seq,
+        ts: state.tail_ts,
     }
 }

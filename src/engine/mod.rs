@@ -226,7 +226,8 @@ impl Engine {
 
     /// Closes a question (answer or dismiss) and continues its waiting turn here. The turn's
     /// lease is taken before the commit, so a crash in between leaves an expiring lease that
-    /// another replica adopts, never a waiting turn nobody resumes.
+    /// another replica adopts, never a waiting turn nobody resumes; a replica that took the
+    /// lease runs the turn whichever answer won.
     pub async fn close_question(
         self: &Arc<Self>,
         sid: &SessionId,
@@ -252,9 +253,11 @@ impl Engine {
         }
         let decided = self.sessions.decide(sid, decide).await;
         match (&decided, leased) {
-            (Ok(_), Some(t)) => self.spawn_turn(t),
+            // An outage may have hidden a commit: the lease expires and a sweeper looks.
             (Err(ServiceError::Store(_)), _) | (_, None) => {}
-            (Err(_), Some(t)) => self.leases.release(&t.member(), &self.owner).await?,
+            // Refused too (another answer won): the winner found this lease taken, so the
+            // runner starts here all the same, and reads from the log what the turn does.
+            (_, Some(t)) => self.spawn_turn(t),
         }
         decided
     }

@@ -4,26 +4,39 @@
 -- ARGV[2]  schema version
 -- ARGV[3]  the live channel to publish committed events on ('' for none)
 -- ARGV[4]  the session id (named in the published message)
--- ARGV[5..] per event: type, agent, data
+-- ARGV[5]  the commit time (ms) of the entry at the expected seq, as the caller folded it
+--          ('0': not checked)
+-- ARGV[6..] per event: type, agent, data
 -- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
--- or {0, last_seq, entries_after_expected} when the log has moved on.
+-- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
+-- entry as it was folded (Redis lost data and the log grew back): `entries` starts with the
+-- entry at the expected seq (if any), so the caller can tell the two apart.
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local seq = 0
 if #last > 0 then
   seq = tonumber(string.match(last[1][1], '^(%d+)'))
 end
 local expected = tonumber(ARGV[1])
-if seq ~= expected then
-  local missing = {}
-  if seq > expected then
-    missing = redis.call('XRANGE', KEYS[1], '(' .. string.format('%d', expected) .. '-0', '+', 'COUNT', 512)
+local function ts_of(entry)
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'ts' then return fields[i + 1] end
   end
-  return {0, seq, missing}
+end
+local replaced = seq == expected and expected > 0 and ARGV[5] ~= '0' and ts_of(last[1]) ~= ARGV[5]
+if seq ~= expected or replaced then
+  local entries = {}
+  if seq >= expected and expected > 0 then
+    entries = redis.call('XRANGE', KEYS[1], string.format('%d', expected) .. '-0', '+', 'COUNT', 513)
+  elseif seq > expected then
+    entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 512)
+  end
+  return {0, seq, entries}
 end
 local t = redis.call('TIME')
 local ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local published = {}
-for i = 5, #ARGV, 3 do
+for i = 6, #ARGV, 3 do
   seq = seq + 1
   redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])

@@ -22,6 +22,12 @@ struct Log {
 }
 
 impl Log {
+    /// Whether the entry `anchor` names is still here, unchanged.
+    fn holds(&self, anchor: Anchor) -> bool {
+        let at = self.after(anchor.seq.saturating_sub(1), 1);
+        at.first().is_some_and(|e| anchor.holds(e))
+    }
+
     fn after(&self, seq: u64, limit: usize) -> Vec<Recorded> {
         let first = self
             .events
@@ -88,14 +94,8 @@ impl EventLog for MemoryLog {
                 return Ok((anchor.seq == 0).then(Vec::new));
             };
             let log = lock(&log);
-            if anchor.seq > 0 {
-                let held = log.after(anchor.seq - 1, 1);
-                if held
-                    .first()
-                    .is_none_or(|e| e.seq() != anchor.seq || e.committed_at != anchor.ts)
-                {
-                    return Ok(None);
-                }
+            if anchor.seq > 0 && !log.holds(anchor) {
+                return Ok(None);
             }
             Ok(Some(log.after(anchor.seq, limit)))
         })
@@ -104,28 +104,28 @@ impl EventLog for MemoryLog {
     fn append<'a>(
         &'a self,
         sid: &'a SessionId,
-        expected: u64,
+        expected: Anchor,
         events: &'a [NewEvent],
     ) -> BoxFuture<'a, StoreResult<Append>> {
         Box::pin(async move {
             // Kept typed, but refused as Redis refuses it: an event that cannot be serialized
             // could never be read back over the API.
             encode(events)?;
-            let Some(log) = self.log(sid, expected == 0 && !events.is_empty()) else {
-                return Ok(if expected == 0 {
+            let Some(log) = self.log(sid, expected.seq == 0 && !events.is_empty()) else {
+                return Ok(if expected.seq == 0 {
                     Append::Committed(Vec::new())
                 } else {
-                    Append::Conflict {
-                        head: 0,
-                        missing: Vec::new(),
-                    }
+                    Append::Replaced
                 });
             };
             let mut log = lock(&log);
-            if log.head != expected {
+            if log.head < expected.seq || (expected.seq > 0 && !log.holds(expected)) {
+                return Ok(Append::Replaced);
+            }
+            if log.head != expected.seq {
                 return Ok(Append::Conflict {
                     head: log.head,
-                    missing: log.after(expected, CONFLICT_BATCH),
+                    missing: log.after(expected.seq, CONFLICT_BATCH),
                 });
             }
             let recorded = stamp(events, log.head + 1, now_ms());

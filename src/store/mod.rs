@@ -44,13 +44,37 @@ pub enum Append {
     /// The log had moved on: `missing` holds the first events after the expected seq (at most
     /// [`CONFLICT_BATCH`]), `head` the log's last seq.
     Conflict { head: u64, missing: Vec<Recorded> },
+    /// The log no longer holds the expected entry as it was folded (Redis lost data, and the
+    /// log may have grown back with other events): fold the session again from its start.
+    Replaced,
 }
 
 /// Where a reader's fold stands: the seq it folded to and that event's commit time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Anchor {
     pub seq: u64,
+    /// The commit time of the entry at `seq`; 0 checks the seq alone (tools and tests that
+    /// write a log they alone own).
     pub ts: u64,
+}
+
+impl Anchor {
+    pub fn seq_only(seq: u64) -> Self {
+        Self { seq, ts: 0 }
+    }
+
+    /// Whether the entry at `found` is the one this anchor names.
+    pub fn names(&self, found: Anchor) -> bool {
+        found.seq == self.seq && (self.ts == 0 || found.ts == self.ts)
+    }
+
+    /// Whether `entry` is the entry this anchor names.
+    pub fn holds(&self, entry: &Recorded) -> bool {
+        self.names(Anchor {
+            seq: entry.seq(),
+            ts: entry.committed_at,
+        })
+    }
 }
 
 /// A set of per-session append-only logs.
@@ -77,12 +101,12 @@ pub trait EventLog: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'a, StoreResult<Option<Vec<Recorded>>>>;
 
-    /// Appends `events` if the session's last seq is `expected` (0: the session does not exist
-    /// yet). An empty `events` only checks that the log still ends at `expected`.
+    /// Appends `events` if the session's log still ends with the entry `expected` names (seq
+    /// 0: the session does not exist yet). An empty `events` only checks that.
     fn append<'a>(
         &'a self,
         sid: &'a SessionId,
-        expected: u64,
+        expected: Anchor,
         events: &'a [NewEvent],
     ) -> BoxFuture<'a, StoreResult<Append>>;
 

@@ -111,9 +111,9 @@ impl EventLog for RedisLog {
                 _ => &[],
             };
             match entries.split_first() {
-                Some((first, rest)) if entry_anchor(first) == Some(anchor) => Ok(Some(
-                    rest.iter().map(decode_entry).collect::<StoreResult<_>>()?,
-                )),
+                Some((first, rest)) if entry_anchor(first).is_some_and(|a| anchor.names(a)) => Ok(
+                    Some(rest.iter().map(decode_entry).collect::<StoreResult<_>>()?),
+                ),
                 _ => Ok(None),
             }
         })
@@ -122,17 +122,18 @@ impl EventLog for RedisLog {
     fn append<'a>(
         &'a self,
         sid: &'a SessionId,
-        expected: u64,
+        expected: Anchor,
         events: &'a [NewEvent],
     ) -> BoxFuture<'a, StoreResult<Append>> {
         Box::pin(async move {
             let data = encode(events)?;
             let mut conn = self.conn.clone();
             let mut inv = self.append.key(self.key(sid));
-            inv.arg(expected)
+            inv.arg(expected.seq)
                 .arg(SCHEMA_VERSION)
                 .arg(&self.channel)
-                .arg(sid.as_str());
+                .arg(sid.as_str())
+                .arg(expected.ts);
             for (e, data) in events.iter().zip(data) {
                 inv.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
             }
@@ -146,13 +147,30 @@ impl EventLog for RedisLog {
             let head = int(head).ok_or_else(|| corrupt("?", "append reply has no head"))?;
             if int(ok) == Some(1) {
                 let ms = int(rest).ok_or_else(|| corrupt("?", "append reply has no time"))?;
-                Ok(Append::Committed(stamp(events, expected + 1, ms)))
-            } else {
-                Ok(Append::Conflict {
-                    head,
-                    missing: decode_entries(rest)?,
-                })
+                return Ok(Append::Committed(stamp(events, expected.seq + 1, ms)));
             }
+            if head < expected.seq {
+                return Ok(Append::Replaced);
+            }
+            let entries = match rest {
+                Value::Array(entries) => entries.as_slice(),
+                _ => &[],
+            };
+            // From an existing session the reply starts with the caller's own last entry.
+            let missing = match entries.split_first() {
+                _ if expected.seq == 0 => entries,
+                Some((first, rest)) if entry_anchor(first).is_some_and(|a| expected.names(a)) => {
+                    rest
+                }
+                _ => return Ok(Append::Replaced),
+            };
+            Ok(Append::Conflict {
+                head,
+                missing: missing
+                    .iter()
+                    .map(decode_entry)
+                    .collect::<StoreResult<_>>()?,
+            })
         })
     }
 

@@ -374,7 +374,7 @@ mod counting {
         fn append<'a>(
             &'a self,
             sid: &'a SessionId,
-            expected: u64,
+            expected: Anchor,
             events: &'a [NewEvent],
         ) -> BoxFuture<'a, StoreResult<Append>> {
             Box::pin(async move {
@@ -404,7 +404,7 @@ mod counting {
 async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold() {
     use dsh_plan::domain::event::{EventKind, PlanSelect};
     use dsh_plan::domain::{AgentId, NewEvent, SessionId};
-    use dsh_plan::store::{Append, EventLog, RedisLeases, RedisLog};
+    use dsh_plan::store::{Anchor, Append, EventLog, RedisLeases, RedisLog};
     use std::sync::Arc;
 
     let redis = TestRedis::start().await;
@@ -443,7 +443,11 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
                 )
             })
             .collect();
-        let Append::Committed(done) = log.append(&id, seq, &batch).await.unwrap() else {
+        let Append::Committed(done) = log
+            .append(&id, Anchor::seq_only(seq), &batch)
+            .await
+            .unwrap()
+        else {
             panic!("nobody else writes this session");
         };
         seq += done.len() as u64;

@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod adversarial;
 mod composition;
 mod deltas;
 mod errors;

@@ -12,7 +12,11 @@ async fn a_stream_catches_up_then_follows_live_without_gaps_or_duplicates() {
     let commit = |expected: u64, events: Vec<NewEvent>| {
         let log = log.clone();
         let sid = sid.clone();
-        async move { log.append(&sid, expected, &events).await.unwrap() }
+        async move {
+            log.append(&sid, Anchor::seq_only(expected), &events)
+                .await
+                .unwrap()
+        }
     };
     commit(0, vec![created(), mode("main", true)]).await;
     // Committed after subscribing and before the head is read: in the feed, the log and the

@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use self::events::created;
 use super::*;
 use crate::domain::NewEvent;
-use crate::store::{LiveBus, LiveMessage, MemoryLog, StepRef, StoreResult};
+use crate::store::{Anchor, LiveBus, LiveMessage, MemoryLog, StepRef, StoreResult};
 
 /// A live bus the test drives: what it sends is all the hub hears.
 #[derive(Default)]
@@ -68,7 +68,12 @@ impl Session {
     /// Appends to the log without telling the feed: a lost message.
     async fn append(&self, events: Vec<NewEvent>) -> Vec<Recorded> {
         let expected = self.head.load(Ordering::SeqCst);
-        match self.log.append(&self.sid, expected, &events).await.unwrap() {
+        match self
+            .log
+            .append(&self.sid, Anchor::seq_only(expected), &events)
+            .await
+            .unwrap()
+        {
             crate::store::Append::Committed(recorded) => {
                 self.head.fetch_add(recorded.len() as u64, Ordering::SeqCst);
                 recorded
