@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Plan GET/PUT throughput and latency on loopback, and GET latency on a session whose log
-# holds 100,000 events vs 10. Starts its own redis-server and server on free ports, runs wrk
-# (64 connections, 2 threads) against 127.0.0.1 only, and stops everything when done.
+# Plan GET/PUT throughput and latency on loopback, and GET plan and GET plan projection on a
+# session whose log holds 100,000 events vs 10. Starts its own redis-server and server on free
+# ports, runs wrk (64 connections, 2 threads) against 127.0.0.1 only, and stops everything when
+# done.
 #
 #   bash k6/bench-plan.sh            # Redis store (the real stack)
 #   STORE=memory bash k6/bench-plan.sh
 #   DURATION=20s CONNECTIONS=64 bash k6/bench-plan.sh
+#   PARTS=big bash k6/bench-plan.sh  # only the 10 vs 100,001-event sessions (PARTS="many big")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-15s}
@@ -13,6 +15,7 @@ CONNECTIONS=${CONNECTIONS:-64}
 STORE=${STORE:-redis}
 SESSIONS_N=${SESSIONS_N:-256}
 BIG=${BIG:-100000}
+PARTS=${PARTS:-"many big"}
 
 . k6/common.sh
 need wrk wrk
@@ -27,19 +30,30 @@ pids+=($!)
 until curl -sf "$BASE/healthz" >/dev/null; do sleep 0.05; done
 
 new_session() { curl -sf -XPOST "$BASE/v1/sessions" | python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'; }
-SESSIONS=$(for _ in $(seq "$SESSIONS_N"); do new_session; done | paste -sd, -)
-export SESSIONS
-
+ROWS=()
 run() { # name mode sessions
   echo "== $1 ($STORE store, $CONNECTIONS connections, $DURATION)"
-  SESSIONS=$3 MODE=$2 wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s k6/wrk/plan.lua "$BASE" \
-    | grep -E 'Requests/sec|non-2xx|Latency  |99%'
+  local out
+  out=$(SESSIONS=$3 MODE=$2 wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s k6/wrk/plan.lua "$BASE" \
+    | grep -E 'Requests/sec|non-2xx|Latency  |99%')
+  echo "$out"
+  # plan.lua's summary line: "non-2xx/3xx: N  p50 X ms  p99 Y ms".
+  ROWS+=("$(awk -v what="$1" '/Requests\/sec/ {rps=$2} /non-2xx/ {e=$2; p50=$4; p99=$7}
+    END {printf "| %s | %d | %s ms | %s ms | %s |", what, rps, p50, p99, e}' <<<"$out")")
+}
+table() {
+  echo; echo "| what ($STORE store, $CONNECTIONS connections, $DURATION) | requests/s | p50 | p99 | non-2xx |"
+  echo "|---|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
 }
 
-run "GET plan" get "$SESSIONS"
-run "PUT plan (toggling)" put "$SESSIONS"
+if [[ " $PARTS " == *" many "* ]]; then
+  SESSIONS=$(for _ in $(seq "$SESSIONS_N"); do new_session; done | paste -sd, -)
+  run "GET plan" get "$SESSIONS"
+  run "PUT plan (toggling)" put "$SESSIONS"
+fi
 
-if [ "$STORE" = redis ]; then
+if [ "$STORE" = redis ] && [[ " $PARTS " == *" big "* ]]; then
   # A session with $BIG events, written straight into its stream as toggling plan/mode events.
   BIGSID=$(new_session)
   python3 - "$BIGSID" "$BIG" <<'PY' | redis-cli -p "$RPORT" --pipe >/dev/null
@@ -61,6 +75,10 @@ PY
   curl -s -o /dev/null -w '   %{time_total}s\n' "$BASE/v1/sessions/$BIGSID/agents/main/plan"
   run "GET plan, one session of 10 events" get "$SMALL"
   run "GET plan, one session of $((BIG + 1)) events" get "$BIGSID"
+  run "GET plan projection, one session of 10 events" projection "$SMALL"
+  run "GET plan projection, one session of $((BIG + 1)) events" projection "$BIGSID"
   echo "== dsh-plan verify on the $((BIG + 1))-event session:"
   /usr/bin/time -f '   %es, %MKB max RSS' target/release/dsh-plan verify --session "$BIGSID" 2>&1 | grep -v INFO
 fi
+
+table

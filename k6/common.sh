@@ -19,3 +19,16 @@ start_redis() {
   pids+=($!)
   until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do sleep 0.05; done
 }
+
+# Starts target/release/dsh-plan on a free loopback port with the given extra environment
+# (NAME=value ...) and waits until it is ready; sets HPORT and SPID.
+start_server() {
+  HPORT=$(free_port)
+  env RUST_LOG=warn DSH_BIND=127.0.0.1:$HPORT "$@" target/release/dsh-plan &
+  SPID=$!
+  pids+=("$SPID")
+  until curl -sf "http://127.0.0.1:$HPORT/readyz" >/dev/null; do
+    kill -0 "$SPID" 2>/dev/null || { echo "the server exited during start-up" >&2; exit 1; }
+    sleep 0.05
+  done
+}

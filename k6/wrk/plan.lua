@@ -1,6 +1,7 @@
 -- wrk script for GET/PUT …/plan over many sessions.
--- SESSIONS: comma-separated session ids; MODE: get | put.
--- PUT toggles each session's root agent, so most requests commit a plan/mode.
+-- SESSIONS: comma-separated session ids; MODE: get | put | projection.
+-- PUT toggles each session's root agent, so most requests commit a plan/mode; projection GETs
+-- the session's plan projection (…/projections/plan, every agent's view).
 local sessions = {}
 for sid in string.gmatch(os.getenv("SESSIONS") or "", "[^,]+") do
   sessions[#sessions + 1] = sid
@@ -17,6 +18,9 @@ end
 function request()
   counter = counter + 1
   local i = (counter % #sessions) + 1
+  if mode == "projection" then
+    return wrk.format("GET", "/v1/sessions/" .. sessions[i] .. "/projections/plan")
+  end
   local path = "/v1/sessions/" .. sessions[i] .. "/agents/main/plan"
   if mode == "put" then
     toggles[i] = not toggles[i]
