@@ -318,14 +318,23 @@ impl SessionState {
 /// Tool-call ids as recorded: unique within the answer and never empty (some compatible
 /// servers omit them), so every result names exactly one call of the answer.
 fn unique_call_ids(calls: Vec<ToolCall>, turn: &str, step: u32) -> Vec<ToolCall> {
+    let given: HashSet<String> = calls.iter().map(|c| c.id.clone()).collect();
     let mut seen = HashSet::new();
     calls
         .into_iter()
         .enumerate()
         .map(|(i, mut c)| {
             if c.id.is_empty() || !seen.insert(c.id.clone()) {
-                c.id = format!("call-{}-{step}-{i}", turn.trim_start_matches("turn-"));
-                seen.insert(c.id.clone());
+                // A fresh id that no call of this answer has (nor was given).
+                let base = format!("call-{}-{step}-{i}", turn.trim_start_matches("turn-"));
+                let mut id = base.clone();
+                let mut n = 0;
+                while given.contains(&id) || seen.contains(&id) {
+                    n += 1;
+                    id = format!("{base}-{n}");
+                }
+                seen.insert(id.clone());
+                c.id = id;
             }
             c
         })

@@ -222,3 +222,25 @@ fn the_fold_refuses_a_question_for_a_call_that_is_not_open_and_a_skipped_attempt
     assert_eq!(err.at, EventId(s.seq + 1));
     let _: Option<Recorded> = None;
 }
+
+#[test]
+fn recorded_call_ids_are_unique_within_an_answer_whatever_the_provider_sent() {
+    let mut s = running(false);
+    start_step(&mut s, 1, 50);
+    // The second `a` is renamed to `call-1-1-1`, which the provider already used for the third.
+    let calls = vec![
+        call("x", "a"),
+        call("x", "a"),
+        call("x", "call-1-1-1"),
+        call("x", ""),
+    ];
+    let (_, events) = s
+        .decide_model_answer(&main(), TURN, (1, 1), "t".into(), calls)
+        .unwrap();
+    let EventKind::AssistantMessage(m) = &events[0].kind else {
+        panic!("{events:?}");
+    };
+    let ids: Vec<&str> = m.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["a", "call-1-1-1-1", "call-1-1-1", "call-1-1-3"]);
+    commit(&mut s, events).unwrap();
+}

@@ -65,28 +65,41 @@ impl Engine {
         }
     }
 
+    /// Claims expired leases, a batch per round trip, until none are left (or one sweep's
+    /// share is reached): a replica that stops hands over all its turns at once.
     async fn sweep(self: &Arc<Self>) {
-        match self
-            .leases
-            .claim_expired(&self.owner, self.ttl_ms(), 16)
-            .await
-        {
-            Ok(members) => {
-                for member in members {
-                    match TurnRef::parse(&member) {
-                        Some(t) => {
-                            tracing::info!(session = %t.sid, agent = %t.agent, turn = %t.turn, "adopting a turn whose lease expired");
-                            self.spawn_turn(t);
-                        }
-                        None => {
-                            if let Err(e) = self.leases.release(&member, &self.owner).await {
-                                tracing::warn!(error = %e, "releasing a malformed lease failed");
-                            }
-                        }
+        for _ in 0..SWEEP_ROUNDS {
+            let claimed = self
+                .leases
+                .claim_expired(&self.owner, self.ttl_ms(), SWEEP_BATCH)
+                .await;
+            match claimed {
+                Ok(members) if members.is_empty() => return,
+                Ok(members) => {
+                    let more = members.len() == SWEEP_BATCH;
+                    self.adopt(members).await;
+                    if !more {
+                        return;
+                    }
+                }
+                Err(e) => return tracing::warn!(error = %e, "lease sweep failed"),
+            }
+        }
+    }
+
+    async fn adopt(self: &Arc<Self>, members: Vec<String>) {
+        for member in members {
+            match TurnRef::parse(&member) {
+                Some(t) => {
+                    tracing::info!(session = %t.sid, agent = %t.agent, turn = %t.turn, "adopting a turn whose lease expired");
+                    self.spawn_turn(t);
+                }
+                None => {
+                    if let Err(e) = self.leases.release(&member, &self.owner).await {
+                        tracing::warn!(error = %e, "releasing a malformed lease failed");
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "lease sweep failed"),
         }
     }
 
@@ -143,6 +156,18 @@ impl Engine {
                 engine.recheck(t).await;
             }
         });
+    }
+
+    /// Renews `t`'s lease now; [`TurnStop::LeaseLost`] when another replica holds it.
+    pub(super) async fn hold_lease(&self, t: &TurnRef) -> Result<(), TurnStop> {
+        match self
+            .leases
+            .renew(&t.member(), &self.owner, self.ttl_ms())
+            .await?
+        {
+            true => Ok(()),
+            false => Err(TurnStop::LeaseLost),
+        }
     }
 
     /// Ends a turn whose runner failed by a bug (it panicked).
@@ -211,6 +236,10 @@ impl Engine {
         })
     }
 }
+/// Leases one sweep claims per round trip, and round trips per sweep.
+const SWEEP_BATCH: usize = 64;
+const SWEEP_ROUNDS: usize = 16;
+
 /// Aborts the task when dropped: a lease is renewed only while its runner lives.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 

@@ -57,6 +57,9 @@ impl Engine {
                     }
                 }
                 Next::Retry { step, attempt } => {
+                    // Only the lease holder retries: a runner that slept through losing its
+                    // lease must not take the step back from the replica that adopted it.
+                    self.hold_lease(t).await?;
                     let d = self.sessions.decide(&t.sid, |s| {
                         s.decide_retry(agent, turn, (step, attempt), rules, &self.replica)
                     });
@@ -118,7 +121,11 @@ impl Engine {
                     let state = self.sessions.state(&t.sid).await?;
                     if !state.holds_attempt(agent, turn, at) {
                         tracing::info!(%turn, step = at.0, "the step was cancelled or taken over; request abandoned");
-                        return Ok(state);
+                        return match state.next(agent, turn, self.rules) {
+                            Next::Closed => Ok(state),
+                            // Another replica runs this turn now.
+                            _ => Err(TurnStop::LeaseLost),
+                        };
                     }
                 }
             }

@@ -132,9 +132,9 @@ impl From<ServiceError> for ApiError {
                     DomainError::UnknownLabel { .. } => Code::UnknownLabel,
                     DomainError::TextNotAllowed(_) => Code::TextNotAllowed,
                     DomainError::EmptyAnswer => Code::EmptyAnswer,
-                    DomainError::TurnRunning(_) | DomainError::ChangedDuringCompaction => {
-                        Code::TurnRunning
-                    }
+                    DomainError::TurnRunning(_) => Code::TurnRunning,
+                    // Nothing is wrong with the request: the session moved on; try again.
+                    DomainError::ChangedDuringCompaction => Code::WriteContention,
                     DomainError::AgentLimit { .. } => Code::AgentLimit,
                 };
                 ApiError::new(code, d.to_string())

@@ -197,6 +197,19 @@ pub async fn events(
             .collect(),
         agent: query.agent.clone(),
     };
+    // A cursor past the last event (e.g. a parent's id reused on its fork) would silently
+    // swallow every event up to it.
+    let head = state.sessions.state(&sid).await?;
+    if let Some(c) = cursor.filter(|c| c.seq() > head.seq) {
+        return Err(ApiError::new(
+            Code::InvalidQuery,
+            format!(
+                "cursor `{c}` is past the last event of session `{sid}` (`{}`); event ids count \
+                 each session's events from 1-0, so resume after an id this session gave you",
+                EventId(head.seq)
+            ),
+        ));
+    }
     let live = LiveStream::open(
         &state.hub,
         &sid,

@@ -9,12 +9,13 @@ use serde_json::Value;
 
 use crate::helpers::{free_port, verify, TestApp, TestRedis};
 
-struct Replica {
-    child: Child,
-    app: TestApp,
+/// A replica running as its own process.
+pub struct Replica {
+    pub child: Child,
+    pub app: TestApp,
 }
 
-async fn spawn_process(redis: &TestRedis, id: &str, token_delay_ms: u64) -> Replica {
+pub async fn spawn_process(redis: &TestRedis, id: &str, token_delay_ms: u64) -> Replica {
     let port = free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh-plan"));
     cmd.env("REDIS_URL", &redis.url)

@@ -66,8 +66,18 @@ impl MockProvider {
         redis: &crate::helpers::TestRedis,
         adjust: impl FnOnce(&mut dsh_plan::config::Settings),
     ) -> crate::helpers::TestApp {
+        self.replica_named(redis, "a", adjust).await
+    }
+
+    /// [`Self::replica`] with replica id `id`.
+    pub async fn replica_named(
+        &self,
+        redis: &crate::helpers::TestRedis,
+        id: &str,
+        adjust: impl FnOnce(&mut dsh_plan::config::Settings),
+    ) -> crate::helpers::TestApp {
         let url = self.url();
-        crate::helpers::spawn_with(Some(redis), "a", move |s| {
+        crate::helpers::spawn_with(Some(redis), id, move |s| {
             s.provider = "openai".into();
             s.provider_url = url;
             adjust(s);
