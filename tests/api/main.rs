@@ -5,6 +5,7 @@ mod helpers;
 
 mod adversarial;
 mod composition;
+mod counting;
 mod deltas;
 mod errors;
 mod failover;

@@ -1,0 +1,82 @@
+//! An event log that counts the events it hands out, to show what a hot path reads.
+
+/// A log that counts the events it hands out, to show what a hot path reads.
+pub struct CountingLog {
+    pub inner: std::sync::Arc<dyn dsh_plan::store::EventLog>,
+    pub read: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingLog {
+    fn count(&self, n: usize) {
+        self.read.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn events_read(&self) -> usize {
+        self.read.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+mod store {
+    use dsh_plan::domain::{NewEvent, Recorded, SessionId};
+    use dsh_plan::store::{Anchor, Append, EventLog, StoreResult};
+    use futures_util::future::BoxFuture;
+
+    impl EventLog for super::CountingLog {
+        fn kind(&self) -> &'static str {
+            self.inner.kind()
+        }
+
+        fn read<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            after: u64,
+            limit: usize,
+        ) -> BoxFuture<'a, StoreResult<Vec<Recorded>>> {
+            Box::pin(async move {
+                let events = self.inner.read(sid, after, limit).await?;
+                self.count(events.len());
+                Ok(events)
+            })
+        }
+
+        fn read_after<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            anchor: Anchor,
+            limit: usize,
+        ) -> BoxFuture<'a, StoreResult<Option<Vec<Recorded>>>> {
+            Box::pin(async move {
+                let events = self.inner.read_after(sid, anchor, limit).await?;
+                self.count(events.as_ref().map_or(0, Vec::len));
+                Ok(events)
+            })
+        }
+
+        fn append<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            expected: Anchor,
+            events: &'a [NewEvent],
+        ) -> BoxFuture<'a, StoreResult<Append>> {
+            Box::pin(async move {
+                let out = self.inner.append(sid, expected, events).await?;
+                if let Append::Conflict { missing, .. } = &out {
+                    self.count(missing.len());
+                }
+                Ok(out)
+            })
+        }
+
+        fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
+            self.inner.ping()
+        }
+
+        fn trim<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            keep_from: u64,
+        ) -> BoxFuture<'a, StoreResult<()>> {
+            self.inner.trim(sid, keep_from)
+        }
+    }
+}
