@@ -79,13 +79,13 @@ fn frame(id: Option<EventId>, event: &str, data: &str) -> Bytes {
 }
 
 /// The frame for `item`, or `None` when the filter drops it.
-fn encode(item: &Item, filter: &Filter) -> Result<Option<Bytes>, serde_json::Error> {
+fn encode(item: &Item, filter: &Filter) -> Result<Option<Bytes>, String> {
     Ok(match item {
-        Item::Event(e) => filter
-            .passes(e.kind.type_name(), e.agent.as_str())
-            .then(|| serde_json::to_string(e))
-            .transpose()?
-            .map(|data| frame(Some(e.id), e.kind.type_name(), &data)),
+        // Serialized once per replica, however many subscribers send it.
+        Item::Event(e) => match filter.passes(e.kind.type_name(), e.agent.as_str()) {
+            true => Some(frame(Some(e.id), e.kind.type_name(), e.json()?)),
+            false => None,
+        },
         Item::PlanView { id, agent, view } => filter
             .passes("plan/view", agent.as_str())
             .then(|| {
@@ -94,7 +94,8 @@ fn encode(item: &Item, filter: &Filter) -> Result<Option<Bytes>, serde_json::Err
                     view: *view,
                 })
             })
-            .transpose()?
+            .transpose()
+            .map_err(|e| e.to_string())?
             .map(|data| frame(*id, "plan/view", &data)),
         Item::Ephemeral(msg) => filter
             .passes(&msg.kind, msg.agent.as_str())

@@ -27,9 +27,49 @@ pub use stream::{Item, LiveStream};
 /// Items buffered per session feed by default; a subscriber further behind is disconnected.
 pub const FEED_CAPACITY: usize = 1024;
 
+/// A committed event on its way to subscribers, serialized at most once per replica however
+/// many subscribers send it.
+#[derive(Debug)]
+pub struct LiveEvent {
+    event: Recorded,
+    json: std::sync::OnceLock<Result<Arc<str>, String>>,
+}
+
+impl LiveEvent {
+    pub fn new(event: Recorded) -> Arc<Self> {
+        Arc::new(Self {
+            event,
+            json: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The event as JSON (the SSE frame's `data:`), serialized on first use.
+    pub fn json(&self) -> Result<&str, &str> {
+        let json = self.json.get_or_init(|| {
+            serde_json::to_string(&self.event)
+                .map(Arc::from)
+                .map_err(|e| e.to_string())
+        });
+        json.as_deref().map_err(String::as_str)
+    }
+}
+
+impl std::ops::Deref for LiveEvent {
+    type Target = Recorded;
+    fn deref(&self) -> &Recorded {
+        &self.event
+    }
+}
+
+impl PartialEq for LiveEvent {
+    fn eq(&self, other: &Self) -> bool {
+        self.event == other.event
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum FeedItem {
-    Events(Arc<[Recorded]>),
+    Events(Arc<[Arc<LiveEvent>]>),
     /// An ephemeral message, e.g. an assistant delta.
     Ephemeral(Arc<Ephemeral>),
     /// Messages may have been lost: read the log past your cursor.
@@ -105,7 +145,8 @@ impl Hub {
             match msg {
                 LiveMessage::Events { sid, events } => {
                     if let Some(tx) = feeds.get(&sid) {
-                        let _ = tx.send(FeedItem::Events(events.into()));
+                        let shared = events.into_iter().map(LiveEvent::new).collect();
+                        let _ = tx.send(FeedItem::Events(shared));
                     }
                 }
                 LiveMessage::Ephemeral(msg) => {

@@ -21,8 +21,8 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::steps::Steps;
 use super::views::PlanViews;
-use super::{FeedItem, Hub, Subscription};
-use crate::domain::{AgentId, EventId, PlanView, Recorded, SessionId, SessionState};
+use super::{FeedItem, Hub, LiveEvent, Subscription};
+use crate::domain::{AgentId, EventId, PlanView, SessionId, SessionState};
 use crate::store::{Ephemeral, EventLog};
 
 /// Events read from the log per round trip while catching up.
@@ -34,7 +34,7 @@ const CATCH_UP_BATCH: usize = 500;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
     /// A committed event, each exactly once, in log order.
-    Event(Recorded),
+    Event(Arc<LiveEvent>),
     /// An agent's plan view: at the start (no `id`) as of the session's head, then whenever an
     /// event after that head (`id`) changed it.
     PlanView {
@@ -181,7 +181,7 @@ impl LiveStream {
             self.mode = Mode::Following { fresh: true };
         }
         for e in batch {
-            self.accept(e);
+            self.accept(LiveEvent::new(e));
         }
     }
 
@@ -223,7 +223,7 @@ impl LiveStream {
 
     /// Takes the next event in log order: queues it and the plan views it changed, unless the
     /// client's cursor already covers it.
-    fn accept(&mut self, e: Recorded) {
+    fn accept(&mut self, e: Arc<LiveEvent>) {
         self.last = e.seq();
         self.steps.observe(&e);
         let changed = match &mut self.views {

@@ -15,7 +15,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use self::events::created;
 use super::*;
-use crate::domain::NewEvent;
+use crate::domain::{NewEvent, Recorded};
 use crate::store::{Anchor, LiveBus, LiveMessage, MemoryLog, StepRef, StoreResult};
 
 /// A live bus the test drives: what it sends is all the hub hears.
