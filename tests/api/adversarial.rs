@@ -92,7 +92,9 @@ async fn racing_answers_on_two_replicas_never_leave_an_answered_turn_without_a_r
 
 /// Redis loses the tail of a session's log and other replicas write it back past the seq a
 /// replica folded, with different events. A decision on that stale fold is refused (the
-/// append compares the last entry's commit time too) and made again on the new log.
+/// append compares the last entry's commit time too) and made again on the new log. (The
+/// commit time has millisecond resolution: a rewrite within the same millisecond as the lost
+/// entry would go unnoticed, so the test lets the clock move on first.)
 #[tokio::test]
 async fn a_decision_is_never_committed_on_a_cache_that_the_log_has_replaced() {
     let redis = TestRedis::start().await;
@@ -109,6 +111,14 @@ async fn a_decision_is_never_committed_on_a_cache_that_the_log_has_replaced() {
     // A caches a session with `agent-1` in it (seq 2)...
     let spawned = a.spawn_agent(&sid, None).await.ok();
     assert_eq!(spawned["id"], "agent-1");
+    let lost = a.events(&sid).await.last().unwrap()["committed_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let lost = humantime::parse_rfc3339(&lost).unwrap();
+    while std::time::SystemTime::now() <= lost + Duration::from_millis(1) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     // ...which Redis then loses: it comes back from the snapshot taken at seq 1.
     let _: () = redis::cmd("RESTORE")
         .arg(&key)
