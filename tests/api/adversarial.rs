@@ -10,24 +10,7 @@ use serde_json::json;
 use crate::failover::spawn_process;
 use crate::helpers::{spawn_replica, verify, TestApp, TestRedis};
 use crate::mock_provider::{text_reply, MockProvider};
-
-async fn run_command(app: &TestApp, sid: &str, input: &str) -> crate::helpers::Reply {
-    app.post_json(
-        &format!("/v1/sessions/{sid}/agents/main/commands"),
-        json!({ "input": input }),
-    )
-    .await
-}
-
-/// `/plan <message>` on an idle agent and the review question it leads to.
-async fn plan_and_await_review(app: &TestApp, sid: &str, message: &str) -> (String, String) {
-    let ran = run_command(app, sid, &format!("/plan {message}"))
-        .await
-        .ok();
-    let turn = ran["message"]["turn"].as_str().unwrap().to_owned();
-    let q = app.await_question(sid).await;
-    (turn, q["id"].as_str().unwrap().to_owned())
-}
+use crate::review::plan_and_await_review;
 
 /// Whether `turn` ends within `wait`.
 async fn ends_within(app: &TestApp, sid: &str, turn: &str, wait: Duration) -> bool {
@@ -56,7 +39,8 @@ async fn racing_answers_on_two_replicas_never_leave_an_answered_turn_without_a_r
     let mut reviews = Vec::new();
     for _ in 0..24 {
         let sid = a.create_session().await;
-        let (turn, qid) = plan_and_await_review(&a, &sid, "fix the login bug").await;
+        let (turn, q) = plan_and_await_review(&a, &sid, "fix the login bug").await;
+        let qid = q["id"].as_str().unwrap().to_owned();
         b.await_question(&sid).await;
         reviews.push((sid, turn, qid));
     }

@@ -17,7 +17,7 @@ fn tool_results(events: &[Value]) -> Vec<&Value> {
         .collect()
 }
 
-async fn run_command(app: &TestApp, sid: &str, input: &str) -> crate::helpers::Reply {
+pub async fn run_command(app: &TestApp, sid: &str, input: &str) -> crate::helpers::Reply {
     app.post_json(
         &format!("/v1/sessions/{sid}/agents/main/commands"),
         json!({ "input": input }),
@@ -26,7 +26,7 @@ async fn run_command(app: &TestApp, sid: &str, input: &str) -> crate::helpers::R
 }
 
 /// `/plan <message>` on an idle agent: plan mode on, a turn with the message, and the review.
-async fn plan_and_await_review(app: &TestApp, sid: &str, message: &str) -> (String, Value) {
+pub async fn plan_and_await_review(app: &TestApp, sid: &str, message: &str) -> (String, Value) {
     let ran = run_command(app, sid, &format!("/plan {message}"))
         .await
         .ok();
