@@ -27,6 +27,76 @@ pub enum Command {
     },
     /// Print the OpenAPI document (what `openapi/openapi.json` must hold).
     Openapi,
+    /// Manage tenant API keys (in Redis, or in `DSH_KEYS_FILE` without Redis).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// Per-tenant settings that override the server-wide defaults (Redis only).
+    Tenants {
+        #[command(subcommand)]
+        command: TenantsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key for a tenant; prints the key once, alone on the last line.
+    Create {
+        /// The tenant the key acts for: 1-64 ASCII letters, digits, `-` or `_`.
+        #[arg(long)]
+        tenant: String,
+        /// Requests per second this key may make (default: `DSH_DEFAULT_RATE`).
+        #[arg(long)]
+        rate: Option<u32>,
+    },
+    /// List keys (id, tenant, rate, created, revoked); never the secrets.
+    List,
+    /// Revoke a key by its id; every replica refuses it within seconds.
+    Revoke {
+        /// The key id, as `keys list` shows it.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Set limits for one tenant; unset flags keep their current value.
+    Set {
+        #[arg(long)]
+        tenant: String,
+        /// How long an idle session of this tenant is kept, e.g. `7d` (new sessions).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        retention: Option<std::time::Duration>,
+        /// Live sessions the tenant may have.
+        #[arg(long)]
+        max_sessions: Option<u64>,
+        /// Turns the tenant may have running at once.
+        #[arg(long)]
+        max_running_turns: Option<u64>,
+        /// Provider calls the tenant may make per minute.
+        #[arg(long)]
+        max_provider_calls: Option<u64>,
+        /// Event streams the tenant may have open at once.
+        #[arg(long)]
+        max_streams: Option<u64>,
+    },
+    /// Show a tenant's effective limits.
+    Show {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+/// When requests must carry a credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// On as soon as any key exists; open (loopback only) while there is none.
+    Auto,
+    /// Always on: without keys, every session route answers 401.
+    Keys,
+    /// Never on: anyone who reaches the port may do anything (also on a public bind).
+    Off,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -101,6 +171,57 @@ pub struct Settings {
     /// Agents one session may have; spawning more answers 409 `agent-limit`.
     #[arg(long, env = "DSH_MAX_AGENTS", default_value_t = 1000, global = true)]
     pub max_agents: usize,
+    /// `auto` (credentials required once any key exists), `keys` (always) or `off`.
+    #[arg(long, env = "DSH_AUTH", value_enum, default_value_t = AuthMode::Auto, global = true)]
+    pub auth: AuthMode,
+    /// Without Redis: the file `keys create` writes hashed keys to and the server reads them from.
+    #[arg(long, env = "DSH_KEYS_FILE", global = true)]
+    pub keys_file: Option<String>,
+    /// Token signing keys, `kid:secret[,kid:secret…]`: the first signs, all verify (rotation).
+    /// Unset → one generated key shared through Redis (or per process without Redis).
+    #[arg(long, env = "DSH_TOKEN_KEYS", global = true, hide_env_values = true)]
+    pub token_keys: Option<String>,
+    /// Browser origins allowed to call the API (comma-separated, e.g. `https://app.example`).
+    #[arg(long, env = "DSH_CORS_ORIGINS", value_delimiter = ',', global = true)]
+    pub cors_origins: Vec<String>,
+    /// Requests per second per API key unless the key sets its own.
+    #[arg(long, env = "DSH_DEFAULT_RATE", default_value_t = 100, global = true)]
+    pub default_rate: u32,
+    /// How long an idle session is kept (refreshed on every write), unless its tenant sets one.
+    #[arg(long, env = "DSH_RETENTION", default_value = "30d", value_parser = humantime::parse_duration, global = true)]
+    pub retention: std::time::Duration,
+    /// Live sessions per tenant, unless the tenant sets its own.
+    #[arg(
+        long,
+        env = "DSH_TENANT_MAX_SESSIONS",
+        default_value_t = 100_000,
+        global = true
+    )]
+    pub max_sessions: u64,
+    /// Running turns per tenant, unless the tenant sets its own.
+    #[arg(
+        long,
+        env = "DSH_TENANT_MAX_RUNNING_TURNS",
+        default_value_t = 200,
+        global = true
+    )]
+    pub max_running_turns: u64,
+    /// Provider calls per minute per tenant, unless the tenant sets its own.
+    #[arg(
+        long,
+        env = "DSH_TENANT_MAX_PROVIDER_CALLS",
+        default_value_t = 6_000,
+        global = true
+    )]
+    pub max_provider_calls: u64,
+    /// Open event streams per tenant, unless the tenant sets its own.
+    #[arg(
+        long,
+        env = "DSH_TENANT_MAX_STREAMS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub max_streams: u64,
 }
 
 impl Settings {
@@ -123,6 +244,16 @@ impl Settings {
             sse_heartbeat_ms: 15_000,
             max_steps: crate::engine::DEFAULT_MAX_STEPS,
             max_agents: 1000,
+            auth: AuthMode::Auto,
+            keys_file: None,
+            token_keys: None,
+            cors_origins: Vec::new(),
+            default_rate: 100,
+            retention: std::time::Duration::from_secs(30 * 24 * 3600),
+            max_sessions: 100_000,
+            max_running_turns: 200,
+            max_provider_calls: 6_000,
+            max_streams: 10_000,
         }
     }
 

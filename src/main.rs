@@ -21,6 +21,9 @@ async fn main() -> anyhow::Result<()> {
                 .await?
         }
         Command::Openapi => print!("{}", dsh_plan::http::openapi_json()),
+        Command::Keys { .. } | Command::Tenants { .. } => {
+            anyhow::bail!("not built yet")
+        }
         Command::Verify { session } => {
             let sid = SessionId::parse(&session).map_err(anyhow::Error::msg)?;
             if cli.serve.redis_url.is_none() {

@@ -45,6 +45,25 @@ pub enum Code {
     FeatureDisabled,
     WriteContention,
     StoreUnavailable,
+    /// No credential, or one that is not (or no longer) valid.
+    Unauthorized,
+    /// A browser token past its `expires_at`.
+    TokenExpired,
+    /// A valid credential that does not carry this action (a token's scopes or agent, or a
+    /// route for API keys only).
+    InsufficientScope,
+    /// The key's request rate is used up; see `Retry-After` and `RateLimit`.
+    RateLimited,
+    /// The tenant has as many live sessions as it may.
+    SessionQuota,
+    /// The tenant has as many running turns as it may.
+    TurnQuota,
+    /// The tenant made as many provider calls this minute as it may.
+    ProviderCallQuota,
+    /// The tenant has as many open event streams as it may.
+    StreamQuota,
+    /// The event store is out of memory: nothing can be written until space is freed.
+    StoreFull,
     LogCorrupt,
     Internal,
 }
@@ -65,6 +84,12 @@ impl Code {
             InvalidBody | OwnerNotFound | UnknownLabel | TextNotAllowed | EmptyAnswer
             | InvalidForkPoint => StatusCode::UNPROCESSABLE_ENTITY,
             WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Unauthorized | TokenExpired => StatusCode::UNAUTHORIZED,
+            InsufficientScope => StatusCode::FORBIDDEN,
+            RateLimited | SessionQuota | TurnQuota | ProviderCallQuota | StreamQuota => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            StoreFull => StatusCode::INSUFFICIENT_STORAGE,
             LogCorrupt | Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ProviderFailed => StatusCode::BAD_GATEWAY,
         }
@@ -142,6 +167,11 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(s @ StoreError::Unavailable(_)) => ApiError::opaque(
                 Code::StoreUnavailable,
                 "the event store is unavailable; retry shortly",
+                s,
+            ),
+            ServiceError::Store(s @ StoreError::Full(_)) => ApiError::opaque(
+                Code::StoreFull,
+                "the event store is full: nothing can be recorded until an operator frees space",
                 s,
             ),
             ServiceError::Store(s @ StoreError::Corrupt { .. }) => {

@@ -25,6 +25,10 @@ pub enum StoreError {
     /// The store cannot be reached or did not answer in time; the request may be retried.
     #[error("the event store is unavailable: {0}")]
     Unavailable(String),
+    /// The store refused a write because it is out of memory (Redis at its `maxmemory` with
+    /// `noeviction`): retrying soon will not help until an operator frees space.
+    #[error("the event store is full: {0}")]
+    Full(String),
     /// A stored entry cannot be decoded: the log is corrupt.
     #[error("the session log holds a corrupt entry {id}: {reason}")]
     Corrupt { id: String, reason: String },
