@@ -16,7 +16,9 @@ use quick_cache::sync::Cache;
 
 use crate::domain::event::{AgentSnapshot, ForkOrigin};
 use crate::domain::session::decide_create;
-use crate::domain::{DomainError, FoldError, NewEvent, Recorded, SessionId, SessionState};
+use crate::domain::{
+    DomainError, FoldError, NewEvent, Recorded, SessionId, SessionState, SessionTerms,
+};
 use crate::store::{Anchor, Append, EventLog, StoreError};
 
 /// Events read per round trip while catching a cold session up.
@@ -247,8 +249,9 @@ impl Sessions {
         &self,
         parent: Option<ForkOrigin>,
         agents: Option<Vec<AgentSnapshot>>,
+        terms: SessionTerms,
     ) -> Result<(SessionId, Arc<SessionState>), ServiceError> {
-        let events = decide_create(parent, agents);
+        let events = decide_create(parent, agents, terms);
         loop {
             let sid = SessionId::generate();
             let new = Anchor::default();

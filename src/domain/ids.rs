@@ -44,6 +44,29 @@ impl SessionId {
     }
 }
 
+/// A tenant: who owns a session (the tenant of the API key that created it). 1–64 ASCII
+/// letters, digits, `-` or `_`, so it can name a Redis hash tag `{t:<tenant>}` as it is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TenantId(String);
+
+impl TenantId {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if valid_token(s, 64) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(format!(
+                "`{}` is not a tenant name: use 1-64 ASCII letters, digits, `-` or `_`",
+                truncate(s)
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// An agent id: 1–64 lowercase ASCII letters, digits, `-` or `_`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -125,6 +148,7 @@ macro_rules! string_newtype {
 }
 string_newtype!(SessionId);
 string_newtype!(AgentId);
+string_newtype!(TenantId);
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -12,9 +12,9 @@ pub mod turn;
 
 pub use agent::{AgentState, AgentStatus, Next};
 pub use event::{EventKind, NewEvent, Recorded};
-pub use ids::{AgentId, EventId, SessionId};
+pub use ids::{AgentId, EventId, SessionId, TenantId};
 pub use plan::{Outcome, PlanView};
-pub use session::{DomainError, FoldError, SessionState};
+pub use session::{DomainError, FoldError, SessionState, SessionTerms};
 
 #[cfg(test)]
 mod proptests;

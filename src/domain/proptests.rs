@@ -39,7 +39,11 @@ fn play(ops: &[Op]) -> Vec<Recorded> {
             log.push(r);
         }
     };
-    commit(&mut state, decide_create(None, None), &mut log);
+    commit(
+        &mut state,
+        decide_create(None, None, Default::default()),
+        &mut log,
+    );
     let pick = |state: &SessionState, i: usize| {
         state
             .agents

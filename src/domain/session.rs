@@ -24,6 +24,8 @@ pub struct SessionState {
     pub seq: u64,
     pub created_at: u64,
     pub parent: Option<ForkOrigin>,
+    /// Who owns the session and how long it is kept (fixed at creation).
+    pub terms: SessionTerms,
     /// The commit time of the event at `seq`: with `seq` it anchors a catch-up, so a cache
     /// notices a log that no longer holds what it folded (Redis lost its data).
     pub tail_ts: u64,
@@ -108,14 +110,23 @@ impl SessionState {
                     seq: self.seq,
                     created_at: c.created_at,
                     parent: c.parent.clone(),
+                    terms: SessionTerms {
+                        tenant: c.tenant.clone(),
+                        retention_ms: c.retention_ms,
+                    },
                     history_seq: e.seq(),
                     ..Default::default()
                 };
                 self.restore(&c.agents);
             }
-            (EventKind::SessionCreated(SessionCreated { parent, agents }), false) => {
+            (EventKind::SessionCreated(c), false) => {
+                let SessionCreated { parent, agents, .. } = c;
                 self.created_at = e.committed_at;
                 self.parent = parent.clone();
+                self.terms = SessionTerms {
+                    tenant: c.tenant.clone(),
+                    retention_ms: c.retention_ms,
+                };
                 match agents {
                     Some(agents) => self.restore(agents),
                     None => {
@@ -294,6 +305,8 @@ impl SessionState {
             created_at: self.created_at,
             parent: self.parent.clone(),
             agents,
+            tenant: self.terms.tenant.clone(),
+            retention_ms: self.terms.retention_ms,
         });
         Ok(((), vec![NewEvent::new(&AgentId::root(), event)]))
     }
@@ -303,11 +316,24 @@ impl SessionState {
 pub fn decide_create(
     parent: Option<ForkOrigin>,
     agents: Option<Vec<AgentSnapshot>>,
+    terms: SessionTerms,
 ) -> Vec<NewEvent> {
     vec![NewEvent::new(
         &AgentId::root(),
-        EventKind::SessionCreated(SessionCreated { parent, agents }),
+        EventKind::SessionCreated(SessionCreated {
+            parent,
+            agents,
+            tenant: terms.tenant,
+            retention_ms: terms.retention_ms,
+        }),
     )]
+}
+
+/// Who owns a session and how long it is kept after its last write (0 ms: until deleted).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionTerms {
+    pub tenant: Option<super::ids::TenantId>,
+    pub retention_ms: u64,
 }
 
 /// An agent as the API shows it.

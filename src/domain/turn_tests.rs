@@ -42,7 +42,7 @@ fn main() -> AgentId {
 /// A session whose root agent runs `TURN`, in plan mode when `plan`.
 fn running(plan: bool) -> SessionState {
     let mut s = SessionState::default();
-    commit(&mut s, decide_create(None, None)).unwrap();
+    commit(&mut s, decide_create(None, None, Default::default())).unwrap();
     if plan {
         let (_, events) = s.decide_set_plan(&main(), true).unwrap();
         commit(&mut s, events).unwrap();

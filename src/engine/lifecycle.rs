@@ -49,7 +49,10 @@ impl Engine {
             session: sid.clone(),
             at: EventId(at),
         };
-        self.sessions.create(Some(origin), Some(agents)).await
+        // A fork stays in its parent's tenant, under the same retention.
+        self.sessions
+            .create(Some(origin), Some(agents), state.terms.clone())
+            .await
     }
 
     /// Compacts `sid`: the provider summarizes each agent's history, and a `session/compacted`

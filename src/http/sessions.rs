@@ -30,7 +30,10 @@ pub async fn create_session(
     body: OptionalJson<CreateSession>,
 ) -> Result<HttpResponse, ApiError> {
     let OptionalJson(CreateSession {}) = body;
-    let (sid, session) = state.sessions.create(None, None).await?;
+    let (sid, session) = state
+        .sessions
+        .create(None, None, Default::default())
+        .await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/sessions/{sid}")))
         .json(session.view(&sid)))

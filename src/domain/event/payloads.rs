@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::domain::ids::{AgentId, EventId, SessionId};
+use crate::domain::ids::{AgentId, EventId, SessionId, TenantId};
 
 /// Where a forked session came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -48,6 +48,18 @@ pub struct SessionCreated {
     /// For a fork: the agents and their recorded state at the fork point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Vec<AgentSnapshot>>,
+    /// The tenant that created the session (a fork stays in its parent's tenant); absent for a
+    /// session created while the server ran open (no credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub tenant: Option<TenantId>,
+    /// How long the session is kept after its last write, in ms; 0 = until deleted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retention_ms: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A snapshot of everything the fold needs; later folds start here and earlier entries may be
@@ -62,6 +74,14 @@ pub struct SessionCompacted {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ForkOrigin>,
     pub agents: Vec<AgentSnapshot>,
+    /// The tenant that created the session (a fork stays in its parent's tenant); absent for a
+    /// session created while the server ran open (no credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub tenant: Option<TenantId>,
+    /// How long the session is kept after its last write, in ms; 0 = until deleted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retention_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

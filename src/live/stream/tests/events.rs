@@ -21,6 +21,8 @@ pub(super) fn created() -> NewEvent {
         EventKind::SessionCreated(SessionCreated {
             parent: None,
             agents: None,
+            tenant: None,
+            retention_ms: 0,
         }),
     )
 }
@@ -124,6 +126,8 @@ pub(super) fn compacted(agents: &[(&str, bool, Option<bool>)]) -> NewEvent {
         created_at: 0,
         parent: None,
         agents,
+        tenant: None,
+        retention_ms: 0,
     };
     on("main", EventKind::SessionCompacted(compacted))
 }
