@@ -2,11 +2,13 @@
 //!
 //! - [`domain`] — events, the session fold and every plan rule (pure, no I/O);
 //! - [`store`] — the session log: Redis Streams and an in-memory twin behind one trait;
+//! - [`auth`] — API keys, browser tokens, and who may do what to which session;
 //! - [`service`] — folds on read, compare-and-append decisions, the per-replica cache;
 //! - [`http`] — thin handlers, the one error type, the OpenAPI document;
 //! - [`verify`] — the invariant checker behind `dsh-plan verify`;
 //! - [`startup`] / [`config`] — build/run split and settings.
 
+pub mod auth;
 pub mod composition;
 pub mod config;
 pub mod domain;

@@ -1,7 +1,8 @@
 use anyhow::Context;
 use clap::Parser;
-use dsh_plan::config::{Cli, Command};
-use dsh_plan::domain::SessionId;
+use dsh_plan::auth::Auth;
+use dsh_plan::config::{Cli, Command, KeysCommand, Settings};
+use dsh_plan::domain::{SessionId, TenantId};
 use dsh_plan::startup::{open_store, Application};
 
 #[tokio::main]
@@ -21,9 +22,8 @@ async fn main() -> anyhow::Result<()> {
                 .await?
         }
         Command::Openapi => print!("{}", dsh_plan::http::openapi_json()),
-        Command::Keys { .. } | Command::Tenants { .. } => {
-            anyhow::bail!("not built yet")
-        }
+        Command::Keys { command } => keys(&cli.serve, command).await?,
+        Command::Tenants { .. } => anyhow::bail!("not built yet"),
         Command::Verify { session } => {
             let sid = SessionId::parse(&session).map_err(anyhow::Error::msg)?;
             if cli.serve.redis_url.is_none() {
@@ -51,4 +51,69 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `dsh-plan keys …`: manage API keys in the configured store.
+async fn keys(settings: &Settings, command: KeysCommand) -> anyhow::Result<()> {
+    if settings.redis_url.is_none() && settings.keys_file.is_none() {
+        anyhow::bail!(
+            "keys live in Redis (set REDIS_URL) or, without Redis, in a file (set DSH_KEYS_FILE)"
+        );
+    }
+    let store = open_store(settings).await?;
+    match command {
+        KeysCommand::Create { tenant, rate } => {
+            let tenant = TenantId::parse(&tenant).map_err(anyhow::Error::msg)?;
+            let (record, key) = Auth::create_key(store.keys.as_ref(), tenant, rate)
+                .await
+                .context("storing the key")?;
+            println!(
+                "created key {} for tenant {} ({} requests/s); it is shown once, below:",
+                record.id,
+                record.tenant,
+                record
+                    .rate
+                    .map_or(format!("default: {}", settings.default_rate), |r| r
+                        .to_string())
+            );
+            println!("{key}");
+        }
+        KeysCommand::List => {
+            println!(
+                "{:<16}  {:<24}  {:>8}  {:<24}  revoked",
+                "id", "tenant", "rate/s", "created"
+            );
+            for r in store.keys.list().await.context("listing keys")? {
+                println!(
+                    "{:<16}  {:<24}  {:>8}  {:<24}  {}",
+                    r.id,
+                    r.tenant,
+                    r.rate.map_or("default".to_owned(), |r| r.to_string()),
+                    timestamp(r.created_at),
+                    r.revoked_at.map_or("-".to_owned(), timestamp)
+                );
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            let at = dsh_plan::store::now_ms();
+            if !store
+                .keys
+                .revoke(&id, at)
+                .await
+                .context("revoking the key")?
+            {
+                anyhow::bail!("no key with id `{id}` (see `dsh-plan keys list`)");
+            }
+            println!(
+                "revoked key {id}: every replica refuses it (and the tokens it minted) within {} s",
+                dsh_plan::auth::KEY_CACHE.as_secs()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn timestamp(ms: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
 }

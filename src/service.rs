@@ -17,7 +17,7 @@ use quick_cache::sync::Cache;
 use crate::domain::event::{AgentSnapshot, ForkOrigin};
 use crate::domain::session::decide_create;
 use crate::domain::{
-    DomainError, FoldError, NewEvent, Recorded, SessionId, SessionState, SessionTerms,
+    DomainError, FoldError, NewEvent, Recorded, SessionId, SessionState, SessionTerms, TenantId,
 };
 use crate::store::{Anchor, Append, EventLog, StoreError};
 
@@ -126,6 +126,15 @@ impl Sessions {
             return Err(ServiceError::SessionNotFound(sid.clone()));
         }
         Ok(state)
+    }
+
+    /// The tenant that owns `sid` (`None`: created on an open server). A session's owner never
+    /// changes, so a cached fold answers without a store round trip.
+    pub async fn owner(&self, sid: &SessionId) -> Result<Option<TenantId>, ServiceError> {
+        if let Some(cached) = self.cache.get(sid) {
+            return Ok(cached.terms.tenant.clone());
+        }
+        Ok(self.state(sid).await?.terms.tenant.clone())
     }
 
     /// Folds every event after `state.seq`, reading until the log's end. If the log no

@@ -7,15 +7,20 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 
+use crate::auth::credentials::random_hex;
+use crate::auth::{Auth, Signer};
 use crate::composition::Composition;
-use crate::config::{provider_key, redact, Settings};
+use crate::config::{provider_key, redact, AuthMode, Settings};
 use crate::engine::assembly::Prompting;
 use crate::engine::provider::{fixture::Fixture, openai::OpenAi, ModelClient};
 use crate::engine::{Engine, EngineConfig, Timing};
 use crate::http::{self, AppState};
 use crate::live::Hub;
 use crate::service::Sessions;
-use crate::store::{EventLog, LiveBus, MemoryLeases, MemoryLog, RedisLeases, RedisLog, TurnLeases};
+use crate::store::{
+    EventLog, FileKeys, KeyStore, LiveBus, MemoryLeases, MemoryLog, RedisLeases, RedisLog,
+    TurnLeases,
+};
 
 /// The stores a replica needs.
 #[derive(Clone)]
@@ -23,6 +28,8 @@ pub struct Stores {
     pub log: Arc<dyn EventLog>,
     pub live: Arc<dyn LiveBus>,
     pub leases: Arc<dyn TurnLeases>,
+    /// API keys and token signing secrets.
+    pub keys: Arc<dyn KeyStore>,
 }
 
 pub struct Application {
@@ -44,8 +51,9 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
             let log = Arc::new(log);
             Stores {
                 log: log.clone(),
-                live: log,
+                live: log.clone(),
                 leases,
+                keys: log,
             }
         }
         None => {
@@ -57,6 +65,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 log: log.clone(),
                 live: log,
                 leases: Arc::new(MemoryLeases::default()),
+                keys: Arc::new(FileKeys::new(settings.keys_file.clone().map(Into::into))),
             }
         }
     })
@@ -81,13 +90,73 @@ pub fn open_provider(
     })
 }
 
+/// Authentication for this replica: checks that the bind and the keys agree (an open server
+/// is for loopback only), and loads the token signing secrets.
+pub async fn open_auth(settings: &Settings, keys: Arc<dyn KeyStore>) -> anyhow::Result<Arc<Auth>> {
+    let any = keys.any().await.context("reading the API keys")?;
+    let public = !is_loopback(&settings.bind);
+    match settings.auth {
+        AuthMode::Off if public => tracing::warn!(
+            bind = %settings.bind,
+            "DSH_AUTH=off on a non-loopback address: anyone who reaches it can read and write every session"
+        ),
+        AuthMode::Off => tracing::warn!("DSH_AUTH=off: no credentials are checked"),
+        AuthMode::Auto if !any && public => anyhow::bail!(
+            "refusing to serve {} without credentials: create an API key (`dsh-plan keys create --tenant NAME`), \
+             bind to 127.0.0.1, or set DSH_AUTH=off to run open on purpose",
+            settings.bind
+        ),
+        AuthMode::Auto if !any => tracing::warn!(
+            "no API keys exist: serving OPEN on loopback (anyone on this machine can use every session); \
+             `dsh-plan keys create --tenant NAME` turns credentials on"
+        ),
+        AuthMode::Keys if !any => {
+            tracing::warn!("DSH_AUTH=keys but no API key exists yet: every session route answers 401")
+        }
+        _ => tracing::info!("credentials required: API keys and browser tokens"),
+    }
+    let signing = match &settings.token_keys {
+        Some(raw) => Signer::parse_keys(raw).map_err(anyhow::Error::msg)?,
+        None => {
+            let proposed = random_hex(32).map_err(anyhow::Error::msg)?;
+            let secret = keys
+                .signing_secret(AUTO_KID, &proposed)
+                .await
+                .context("loading the token signing key")?;
+            vec![(AUTO_KID.to_owned(), secret)]
+        }
+    };
+    let signer = Signer::new(&signing).map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(Auth::new(
+        settings.auth,
+        keys,
+        signer,
+        settings.default_rate,
+    )))
+}
+
+/// The kid of the signing secret the server generates when `DSH_TOKEN_KEYS` is unset.
+const AUTO_KID: &str = "auto-1";
+
+/// Whether `bind` (`host:port`) listens on loopback only.
+pub fn is_loopback(bind: &str) -> bool {
+    let host = listener_host(bind)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let store = open_store(&settings).await?;
-        Self::build_with_store(settings, store)
+        Self::build_with_store(settings, store).await
     }
 
-    pub fn build_with_store(settings: Settings, stores: Stores) -> anyhow::Result<Self> {
+    pub async fn build_with_store(settings: Settings, stores: Stores) -> anyhow::Result<Self> {
+        let auth = open_auth(&settings, stores.keys.clone()).await?;
         let replica_id = settings.replica_id();
         let composition =
             Composition::load(settings.config.as_deref()).map_err(anyhow::Error::msg)?;
@@ -134,6 +203,7 @@ impl Application {
             sse_heartbeat: std::time::Duration::from_millis(settings.sse_heartbeat_ms.max(100)),
             trim_on_compact: settings.trim_on_compact,
             max_agents: settings.max_agents.max(1),
+            auth,
             requests: Default::default(),
         });
         let listener = TcpListener::bind(&settings.bind)
@@ -142,6 +212,7 @@ impl Application {
         let data = web::Data::from(state.clone());
         let mut server = HttpServer::new(move || {
             App::new()
+                .wrap(actix_web::middleware::from_fn(http::authenticate))
                 .wrap(actix_web::middleware::from_fn(http::track_requests))
                 .configure(http::configure(data.clone()))
         })

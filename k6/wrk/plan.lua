@@ -7,6 +7,10 @@ for sid in string.gmatch(os.getenv("SESSIONS") or "", "[^,]+") do
   sessions[#sessions + 1] = sid
 end
 local mode = os.getenv("MODE") or "get"
+-- AUTH: a credential (API key or token) sent as a bearer header on every request.
+local auth = os.getenv("AUTH")
+local headers = {}
+if auth and auth ~= "" then headers["Authorization"] = "Bearer " .. auth end
 local counter = 0
 local toggles = {}
 
@@ -19,15 +23,17 @@ function request()
   counter = counter + 1
   local i = (counter % #sessions) + 1
   if mode == "projection" then
-    return wrk.format("GET", "/v1/sessions/" .. sessions[i] .. "/projections/plan")
+    return wrk.format("GET", "/v1/sessions/" .. sessions[i] .. "/projections/plan", headers)
   end
   local path = "/v1/sessions/" .. sessions[i] .. "/agents/main/plan"
   if mode == "put" then
     toggles[i] = not toggles[i]
     local body = toggles[i] and '{"active":true}' or '{"active":false}'
-    return wrk.format("PUT", path, { ["Content-Type"] = "application/json" }, body)
+    local h = { ["Content-Type"] = "application/json" }
+    for k, v in pairs(headers) do h[k] = v end
+    return wrk.format("PUT", path, h, body)
   end
-  return wrk.format("GET", path)
+  return wrk.format("GET", path, headers)
 end
 
 local errors = 0

@@ -303,7 +303,7 @@ impl AgentState {
                 );
             }
             EventKind::QuestionAnswered(QuestionAnswered { id, .. })
-            | EventKind::QuestionDismissed(QuestionDismissed { id }) => {
+            | EventKind::QuestionDismissed(QuestionDismissed { id, .. }) => {
                 let q = questions
                     .get_mut(id)
                     .filter(|q| q.agent == e.agent && q.state == QuestionStatus::Open)

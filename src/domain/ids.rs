@@ -65,6 +65,11 @@ impl TenantId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The tenant quotas and open-mode tokens use while the server runs without credentials.
+    pub fn open() -> Self {
+        Self("_open".to_owned())
+    }
 }
 
 /// An agent id: 1–64 lowercase ASCII letters, digits, `-` or `_`.

@@ -100,6 +100,7 @@ impl SessionState {
         id: &str,
         label: Option<String>,
         text: Option<String>,
+        by: Option<String>,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
         let q = self.open_question(id)?;
         let text = text.filter(|t| !t.trim().is_empty());
@@ -121,14 +122,22 @@ impl SessionState {
             id: id.to_owned(),
             label,
             text,
+            by,
         });
         Ok((q.agent.clone(), vec![NewEvent::new(&q.agent, answer)]))
     }
 
     /// Dismisses an open question (the user closed it to talk instead).
-    pub fn decide_dismiss(&self, id: &str) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
+    pub fn decide_dismiss(
+        &self,
+        id: &str,
+        by: Option<String>,
+    ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
         let q = self.open_question(id)?;
-        let event = EventKind::QuestionDismissed(QuestionDismissed { id: id.to_owned() });
+        let event = EventKind::QuestionDismissed(QuestionDismissed {
+            id: id.to_owned(),
+            by,
+        });
         Ok((q.agent.clone(), vec![NewEvent::new(&q.agent, event)]))
     }
 }

@@ -180,7 +180,7 @@ fn a_reused_call_id_asks_a_new_question_for_each_occurrence() {
     commit(&mut s, asked).unwrap();
     assert_eq!(s.next(&main(), TURN, r), Next::Wait);
     let (_, events) = s
-        .decide_answer(&q1.id, Some("Keep planning".into()), None)
+        .decide_answer(&q1.id, Some("Keep planning".into()), None, None)
         .unwrap();
     commit(&mut s, events).unwrap();
     let (_, events) = s.decide_tool(&main(), TURN, r).unwrap();

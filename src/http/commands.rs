@@ -61,10 +61,19 @@ pub struct CommandRan {
 #[post("/v1/sessions/{sid}/agents/{aid}/commands")]
 pub async fn run_command(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<(String, String)>,
     body: web::Json<RunCommand>,
 ) -> Result<web::Json<CommandRan>, ApiError> {
     let (sid, aid) = ids(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            Some(&aid),
+            crate::auth::Action::Scoped(crate::auth::Scope::Plan),
+        )
+        .await?;
     let registry = state.commands();
     let (name, args) = parse(&body.input, &registry).map_err(|e| {
         let code = match e {
@@ -73,6 +82,17 @@ pub async fn run_command(
         };
         ApiError::new(code, e.to_string())
     })?;
+    if !args.trim().is_empty() {
+        // `/plan <text>` also sends the text as a prompt.
+        state
+            .guard(
+                &caller,
+                &sid,
+                Some(&aid),
+                crate::auth::Action::Scoped(crate::auth::Scope::Prompt),
+            )
+            .await?;
+    }
     // `plan` is the only command today; the registry guarantees it is composed.
     let result = state
         .engine

@@ -135,7 +135,7 @@ impl ApiError {
         }
     }
 
-    fn opaque(code: Code, detail: &str, cause: impl ToString) -> Self {
+    pub(crate) fn opaque(code: Code, detail: &str, cause: impl ToString) -> Self {
         Self {
             code,
             detail: detail.to_owned(),
@@ -217,6 +217,14 @@ impl ResponseError for ApiError {
         res.insert_header((header::CONTENT_TYPE, "application/problem+json"));
         if status == StatusCode::SERVICE_UNAVAILABLE {
             res.insert_header((header::RETRY_AFTER, "1"));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            let error = if self.code == Code::TokenExpired {
+                "Bearer error=\"invalid_token\", error_description=\"expired\""
+            } else {
+                "Bearer"
+            };
+            res.insert_header((header::WWW_AUTHENTICATE, error));
         }
         res.body(serde_json::to_string(&body).unwrap_or_default())
     }

@@ -39,6 +39,11 @@ pub struct EventsQuery {
     pub max_events: Option<u64>,
     /// End the stream after this many milliseconds (for load tools).
     pub max_ms: Option<u64>,
+    /// A browser token, for clients that cannot set `Authorization` (`EventSource`); read by
+    /// the authentication layer, accepted on this route only.
+    #[serde(rename = "access_token")]
+    #[allow(dead_code)]
+    pub access_token: Option<String>,
 }
 
 struct Filter {
@@ -171,11 +176,20 @@ impl Sse {
 #[get("/v1/sessions/{sid}/events")]
 pub async fn events(
     state: State,
+    caller: crate::auth::Caller,
     req: HttpRequest,
     path: web::Path<String>,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let sid = session_id(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            None,
+            crate::auth::Action::Scoped(crate::auth::Scope::Read),
+        )
+        .await?;
     let header = req
         .headers()
         .get("last-event-id")

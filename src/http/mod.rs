@@ -13,6 +13,7 @@ use crate::engine::Engine;
 use crate::live::Hub;
 use crate::service::Sessions;
 
+mod auth;
 mod client;
 mod commands;
 pub mod error;
@@ -22,8 +23,10 @@ mod plan;
 mod questions;
 mod sessions;
 mod system;
+mod tokens;
 mod turns;
 
+pub use auth::authenticate;
 pub use error::{ApiError, Code, Problem};
 pub use metrics::track as track_requests;
 
@@ -42,6 +45,8 @@ pub struct AppState {
     pub trim_on_compact: bool,
     /// Agents one session may have (`DSH_MAX_AGENTS`).
     pub max_agents: usize,
+    /// Who is calling: API keys, browser tokens.
+    pub auth: Arc<crate::auth::Auth>,
     /// Responses and latencies for `/metrics`.
     pub requests: metrics::RequestMetrics,
 }
@@ -111,6 +116,48 @@ pub(crate) fn ids(raw: &(String, String)) -> Result<(SessionId, AgentId), ApiErr
 )]
 struct ApiDoc;
 
+/// Session routes take `Authorization: Bearer <API key or browser token>` (when credentials
+/// are on); the rest are public.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, spec: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+        };
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some(
+                "A tenant API key (`dsh_…`, server side only) or a browser token minted with \
+                 `POST /v1/sessions/{sid}/tokens`. On the events route a token may also be sent \
+                 as `?access_token=`.",
+            ))
+            .build();
+        spec.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("bearer", SecurityScheme::Http(scheme));
+        for (path, item) in spec.paths.paths.iter_mut() {
+            if !path.starts_with("/v1/sessions") {
+                continue;
+            }
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                op.security = Some(vec![SecurityRequirement::new(
+                    "bearer",
+                    Vec::<String>::new(),
+                )]);
+            }
+        }
+    }
+}
+
 /// Registers every documented route.
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(system::status)
@@ -135,17 +182,19 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(questions::dismiss)
         .service(sessions::fork_session)
         .service(sessions::compact_session)
+        .service(tokens::mint_token)
         .service(events::events);
 }
 
 /// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     use utoipa_actix_web::AppExt;
-    let (_, spec) = actix_web::App::new()
+    let (_, mut spec) = actix_web::App::new()
         .into_utoipa_app()
         .openapi(ApiDoc::openapi())
         .configure(routes)
         .split_for_parts();
+    utoipa::Modify::modify(&BearerAuth, &mut spec);
     spec
 }
 

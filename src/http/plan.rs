@@ -25,10 +25,19 @@ use crate::service::ServiceError;
 #[get("/v1/sessions/{sid}/agents/{aid}/plan")]
 pub async fn get_plan(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<PlanView>, ApiError> {
     state.require_plan_mode()?;
     let (sid, aid) = ids(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            Some(&aid),
+            crate::auth::Action::Scoped(crate::auth::Scope::Read),
+        )
+        .await?;
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(
         session.agent(&aid).map_err(ServiceError::from)?.plan.view(),
@@ -70,11 +79,20 @@ pub struct SetPlanResult {
 #[put("/v1/sessions/{sid}/agents/{aid}/plan")]
 pub async fn put_plan(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<(String, String)>,
     body: web::Json<SetPlan>,
 ) -> Result<web::Json<SetPlanResult>, ApiError> {
     state.require_plan_mode()?;
     let (sid, aid) = ids(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            Some(&aid),
+            crate::auth::Action::Scoped(crate::auth::Scope::Plan),
+        )
+        .await?;
     let target = body.active;
     let done = state
         .sessions
@@ -113,10 +131,19 @@ pub struct PlanProjectionView {
 #[get("/v1/sessions/{sid}/projections/plan")]
 pub async fn plan_projection(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<String>,
 ) -> Result<web::Json<PlanProjectionView>, ApiError> {
     state.require_plan_mode()?;
     let sid = session_id(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            None,
+            crate::auth::Action::Scoped(crate::auth::Scope::Read),
+        )
+        .await?;
     // The projection unit is folded alongside the session: one read past the cached fold.
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(PlanProjectionView {

@@ -36,11 +36,20 @@ pub struct QuestionList {
 #[get("/v1/sessions/{sid}/questions")]
 pub async fn list_questions(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<String>,
     query: web::Query<QuestionQuery>,
 ) -> Result<web::Json<QuestionList>, ApiError> {
     state.require_questions()?;
     let sid = session_id(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            None,
+            crate::auth::Action::Scoped(crate::auth::Scope::Read),
+        )
+        .await?;
     let all = match query.state.as_deref() {
         None | Some("open") => false,
         Some("all") => true,
@@ -91,6 +100,26 @@ fn question_ids(path: &(String, String)) -> Result<(SessionId, String), ApiError
     Ok((sid, qid.clone()))
 }
 
+/// Refuses unless the caller may answer `qid` (an agent-scoped token only its agent's).
+async fn guard_question(
+    state: &State,
+    caller: &crate::auth::Caller,
+    sid: &SessionId,
+    qid: &str,
+) -> Result<(), ApiError> {
+    let action = crate::auth::Action::Scoped(crate::auth::Scope::Answer);
+    state.guard(caller, sid, None, action).await?;
+    if let crate::auth::Caller::Token { claims, .. } = caller {
+        if claims.agt.is_some() {
+            // The agent a question belongs to never changes; an unknown one answers 404 later.
+            let session = state.sessions.state(sid).await?;
+            let agent = session.questions.get(qid).map(|q| q.agent.clone());
+            state.guard(caller, sid, agent.as_ref(), action).await?;
+        }
+    }
+    Ok(())
+}
+
 /// The question as the close left it.
 fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, ApiError> {
     let question = done.state.questions.get(qid).map(|q| q.view());
@@ -117,14 +146,18 @@ fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, 
 #[post("/v1/sessions/{sid}/questions/{qid}/answer")]
 pub async fn answer(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<(String, String)>,
     body: web::Json<AnswerBody>,
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
+    guard_question(&state, &caller, &sid, &qid).await?;
+    let by = caller.principal();
     let AnswerBody { label, text } = body.into_inner();
-    let decide =
-        |s: &crate::domain::SessionState| s.decide_answer(&qid, label.clone(), text.clone());
+    let decide = |s: &crate::domain::SessionState| {
+        s.decide_answer(&qid, label.clone(), text.clone(), by.clone())
+    };
     let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }
@@ -143,11 +176,14 @@ pub async fn answer(
 #[post("/v1/sessions/{sid}/questions/{qid}/dismiss")]
 pub async fn dismiss(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
-    let decide = |s: &crate::domain::SessionState| s.decide_dismiss(&qid);
+    guard_question(&state, &caller, &sid, &qid).await?;
+    let by = caller.principal();
+    let decide = |s: &crate::domain::SessionState| s.decide_dismiss(&qid, by.clone());
     let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }

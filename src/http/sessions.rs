@@ -27,13 +27,16 @@ pub struct CreateSession {}
 #[post("/v1/sessions")]
 pub async fn create_session(
     state: State,
+    caller: crate::auth::Caller,
     body: OptionalJson<CreateSession>,
 ) -> Result<HttpResponse, ApiError> {
     let OptionalJson(CreateSession {}) = body;
-    let (sid, session) = state
-        .sessions
-        .create(None, None, Default::default())
-        .await?;
+    state.require_key(&caller)?;
+    let terms = crate::domain::SessionTerms {
+        tenant: caller.tenant().cloned(),
+        retention_ms: 0,
+    };
+    let (sid, session) = state.sessions.create(None, None, terms).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/sessions/{sid}")))
         .json(session.view(&sid)))
@@ -52,9 +55,18 @@ pub async fn create_session(
 #[get("/v1/sessions/{sid}")]
 pub async fn get_session(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<String>,
 ) -> Result<web::Json<SessionView>, ApiError> {
     let sid = session_id(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            None,
+            crate::auth::Action::Scoped(crate::auth::Scope::Read),
+        )
+        .await?;
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(session.view(&sid)))
 }
@@ -83,10 +95,14 @@ pub struct SpawnAgent {
 #[post("/v1/sessions/{sid}/agents")]
 pub async fn spawn_agent(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<String>,
     body: OptionalJson<SpawnAgent>,
 ) -> Result<HttpResponse, ApiError> {
     let sid = session_id(&path)?;
+    state
+        .guard(&caller, &sid, None, crate::auth::Action::Manage)
+        .await?;
     let owner = body.0.owner;
     let done = state
         .sessions
@@ -117,9 +133,18 @@ pub async fn spawn_agent(
 #[get("/v1/sessions/{sid}/agents/{aid}")]
 pub async fn get_agent(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<AgentView>, ApiError> {
     let (sid, aid) = ids(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            Some(&aid),
+            crate::auth::Action::Scoped(crate::auth::Scope::Read),
+        )
+        .await?;
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(
         session
@@ -164,10 +189,19 @@ pub struct LogPage {
 #[get("/v1/sessions/{sid}/log")]
 pub async fn read_log(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<String>,
     query: web::Query<LogQuery>,
 ) -> Result<web::Json<LogPage>, ApiError> {
     let sid = session_id(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            None,
+            crate::auth::Action::Scoped(crate::auth::Scope::Read),
+        )
+        .await?;
     let after = match &query.after {
         Some(a) => EventId::parse(a).map_err(|e| ApiError::new(Code::InvalidQuery, e))?,
         None => EventId(0),
@@ -217,10 +251,14 @@ pub struct ForkSession {
 #[post("/v1/sessions/{sid}/fork")]
 pub async fn fork_session(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<String>,
     body: OptionalJson<ForkSession>,
 ) -> Result<HttpResponse, ApiError> {
     let sid = session_id(&path)?;
+    state
+        .guard(&caller, &sid, None, crate::auth::Action::Manage)
+        .await?;
     let at = match body.0.at.as_deref() {
         Some(raw) => Some(EventId::parse(raw).map_err(|e| ApiError::new(Code::InvalidBody, e))?),
         None => None,
@@ -245,9 +283,13 @@ pub async fn fork_session(
 #[post("/v1/sessions/{sid}/compact")]
 pub async fn compact_session(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<String>,
 ) -> Result<web::Json<SessionView>, ApiError> {
     let sid = session_id(&path)?;
+    state
+        .guard(&caller, &sid, None, crate::auth::Action::Manage)
+        .await?;
     let session = state.engine.compact(&sid, state.trim_on_compact).await?;
     Ok(web::Json(session.view(&sid)))
 }

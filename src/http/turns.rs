@@ -33,10 +33,19 @@ pub struct PostMessage {
 #[post("/v1/sessions/{sid}/agents/{aid}/messages")]
 pub async fn post_message(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<(String, String)>,
     body: web::Json<PostMessage>,
 ) -> Result<HttpResponse, ApiError> {
     let (sid, aid) = ids(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            Some(&aid),
+            crate::auth::Action::Scoped(crate::auth::Scope::Prompt),
+        )
+        .await?;
     let text = body.into_inner().text;
     if text.trim().is_empty() {
         return Err(ApiError::new(Code::InvalidBody, "`text` must not be empty"));
@@ -71,9 +80,18 @@ pub struct Cancelled {
 #[post("/v1/sessions/{sid}/agents/{aid}/cancel")]
 pub async fn cancel(
     state: State,
+    caller: crate::auth::Caller,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<Cancelled>, ApiError> {
     let (sid, aid) = ids(&path)?;
+    state
+        .guard(
+            &caller,
+            &sid,
+            Some(&aid),
+            crate::auth::Action::Scoped(crate::auth::Scope::Prompt),
+        )
+        .await?;
     let turn = state.engine.cancel(&sid, &aid).await?;
     Ok(web::Json(Cancelled { turn }))
 }

@@ -10,10 +10,13 @@ use futures_util::future::BoxFuture;
 use crate::domain::{AgentId, NewEvent, Recorded, SessionId};
 
 mod entries;
+pub mod keys;
 pub mod memory;
 pub mod redis;
+mod redis_keys;
 mod wire;
 
+pub use self::keys::{FileKeys, KeyRecord, KeyStore};
 pub use self::memory::{MemoryLeases, MemoryLog};
 pub use self::redis::{RedisLeases, RedisLog};
 
@@ -199,7 +202,7 @@ pub trait TurnLeases: Send + Sync + 'static {
     ) -> BoxFuture<'a, StoreResult<Vec<String>>>;
 }
 
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

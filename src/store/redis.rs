@@ -26,8 +26,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub struct RedisLog {
     client: redis::Client,
-    conn: ConnectionManager,
-    prefix: String,
+    pub(super) conn: ConnectionManager,
+    pub(super) prefix: String,
     append: Script,
     /// The one pub/sub channel every replica listens on.
     channel: String,
@@ -55,7 +55,7 @@ impl RedisLog {
     }
 }
 
-fn unavailable(e: redis::RedisError) -> StoreError {
+pub(super) fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 

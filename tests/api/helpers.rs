@@ -279,6 +279,24 @@ impl TestApp {
         }
     }
 
+    /// This replica as seen by a caller presenting `credential` (an API key or a token) as a
+    /// bearer header on every request.
+    pub fn as_caller(&self, credential: &str) -> TestApp {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let value = format!("Bearer {credential}");
+        headers.insert(reqwest::header::AUTHORIZATION, value.parse().unwrap());
+        TestApp {
+            address: self.address.clone(),
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(10))
+                .default_headers(headers)
+                .build()
+                .unwrap(),
+            handle: None,
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
     }

@@ -338,11 +338,14 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
         log: counting.clone(),
         live: log.clone(),
         leases,
+        keys: log.clone(),
     };
     let mut settings = dsh_plan::config::Settings::local(Some(redis.url.clone()));
     settings.key_prefix = redis.prefix.clone();
     settings.fixture_token_delay_ms = 1;
-    let app = dsh_plan::startup::Application::build_with_store(settings, stores).unwrap();
+    let app = dsh_plan::startup::Application::build_with_store(settings, stores)
+        .await
+        .unwrap();
     let app = crate::helpers::serve(app);
 
     let sid = app.create_session().await;

@@ -4,6 +4,7 @@
 mod helpers;
 
 mod adversarial;
+mod auth;
 mod composition;
 mod counting;
 mod deltas;
@@ -12,6 +13,7 @@ mod failover;
 mod integrity;
 mod live;
 mod mock_provider;
+mod modes;
 mod openapi;
 mod plan;
 mod replicas;

@@ -257,10 +257,16 @@ pub struct QuestionAnswered {
     pub label: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// Who answered: `key:<key id>` or `token:<subject>`; absent on an open server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuestionDismissed {
     pub id: String,
+    /// Who dismissed it: `key:<key id>` or `token:<subject>`; absent on an open server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }

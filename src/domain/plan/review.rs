@@ -106,19 +106,26 @@ pub fn review(
                 // What the user said with the approval is for the model too.
                 result["feedback"] = text.as_str().into();
             }
+            if let Some(by) = &ans.by {
+                result["decided_by"] = by.as_str().into();
+            }
             ReviewStep::Done { ok: true, result, then: exit.into_iter().collect() }
         }
         (QuestionStatus::Answered, ans) => {
             let feedback = ans
                 .and_then(|a| a.text.clone().or_else(|| a.label.clone()))
                 .unwrap_or_else(|| KEEP_PLANNING.into());
+            let mut result = json!({
+                "reason": "rejected",
+                "feedback": feedback,
+                "message": "The user did not approve the plan. Stay in plan mode, revise the plan with their feedback and submit it again with `exit_plan_mode`."
+            });
+            if let Some(by) = ans.and_then(|a| a.by.as_ref()) {
+                result["decided_by"] = by.as_str().into();
+            }
             ReviewStep::Done {
                 ok: false,
-                result: json!({
-                    "reason": "rejected",
-                    "feedback": feedback,
-                    "message": "The user did not approve the plan. Stay in plan mode, revise the plan with their feedback and submit it again with `exit_plan_mode`."
-                }),
+                result,
                 then: vec![],
             }
         }

@@ -1,0 +1,316 @@
+//! Who is calling, and what they may do to which session.
+//!
+//! Two credentials: a tenant's **API key** (a server-side secret of the integrator's backend)
+//! and a **browser token** minted with a key for one session, maybe one agent, and a set of
+//! actions. [`Auth::authenticate`] turns a presented credential into a [`Caller`];
+//! [`Caller::authorize`] decides one action on one session. Across tenants a session does not
+//! exist (404, never 403), so a caller learns nothing about sessions that are not theirs.
+//!
+//! Key records are cached per replica for [`KEY_CACHE`], so a hot path costs no store round
+//! trip, and a revoked key (and every token it minted) stops working within that time.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::config::AuthMode;
+use crate::domain::{AgentId, SessionId, TenantId};
+use crate::store::{KeyRecord, KeyStore, StoreError};
+
+pub mod credentials;
+pub mod tokens;
+
+pub use tokens::{Claims, Signer, MAX_TTL_SECS};
+
+/// How long a replica trusts what it read about a key (and whether any key exists).
+pub const KEY_CACHE: Duration = Duration::from_secs(2);
+
+/// An action a browser token may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Read the session: its state, log, questions, projections and event stream.
+    Read,
+    /// Turn plan mode on or off, run commands.
+    Plan,
+    /// Send messages, cancel turns.
+    Prompt,
+    /// Answer or dismiss questions (e.g. approve a plan).
+    Answer,
+}
+
+/// What a request wants to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Needs the token scope.
+    Scoped(Scope),
+    /// API keys only: create, fork, compact or delete sessions, spawn agents, mint tokens.
+    Manage,
+}
+
+/// The authenticated caller of one request.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    /// Auth is off (or nothing is configured on a loopback bind): anyone may do anything.
+    Open,
+    Key {
+        id: String,
+        tenant: TenantId,
+        rate: u32,
+    },
+    Token {
+        claims: Arc<Claims>,
+        rate: u32,
+    },
+}
+
+/// Why a request is refused, before the HTTP layer picks a status.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// 401: no credential, or one that is not valid.
+    Unauthenticated(&'static str),
+    /// 401: a token past its expiry.
+    Expired,
+    /// 404: as if the session did not exist.
+    Hidden,
+    /// 403: the credential does not carry this action.
+    Forbidden(String),
+}
+
+impl Caller {
+    /// The tenant new sessions of this caller belong to (`None` on an open server).
+    pub fn tenant(&self) -> Option<&TenantId> {
+        match self {
+            Caller::Open => None,
+            Caller::Key { tenant, .. } => Some(tenant),
+            Caller::Token { claims, .. } => Some(&claims.ten),
+        }
+    }
+
+    /// Who to record as the author of an answer.
+    pub fn principal(&self) -> Option<String> {
+        match self {
+            Caller::Open => None,
+            Caller::Key { id, .. } => Some(format!("key:{id}")),
+            Caller::Token { claims, .. } => Some(format!("token:{}", claims.sub)),
+        }
+    }
+
+    /// The key whose request rate this request counts against, and that rate.
+    pub fn rate_key(&self) -> Option<(&str, u32)> {
+        match self {
+            Caller::Open => None,
+            Caller::Key { id, rate, .. } => Some((id, *rate)),
+            Caller::Token { claims, rate } => Some((&claims.key, *rate)),
+        }
+    }
+
+    /// May this caller do `action` on session `sid`, owned by `owner`, touching `agent`?
+    pub fn authorize(
+        &self,
+        sid: &SessionId,
+        owner: Option<&TenantId>,
+        agent: Option<&AgentId>,
+        action: Action,
+    ) -> Result<(), Denied> {
+        match self {
+            Caller::Open => Ok(()),
+            Caller::Key { tenant, .. } => match owner {
+                Some(o) if o == tenant => Ok(()),
+                _ => Err(Denied::Hidden),
+            },
+            Caller::Token { claims, .. } => {
+                if &claims.sid != sid || owner != Some(&claims.ten) {
+                    return Err(Denied::Hidden);
+                }
+                let scope = match action {
+                    Action::Manage => {
+                        return Err(Denied::Forbidden(
+                            "this route takes an API key; a browser token cannot use it".into(),
+                        ))
+                    }
+                    Action::Scoped(s) => s,
+                };
+                if !claims.scp.contains(&scope) {
+                    return Err(Denied::Forbidden(format!(
+                        "the token does not carry the `{}` scope",
+                        scope.name()
+                    )));
+                }
+                match (&claims.agt, agent) {
+                    (Some(mine), Some(theirs)) if mine != theirs => Err(Denied::Forbidden(
+                        format!("the token is for agent `{mine}`, not `{theirs}`"),
+                    )),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Plan => "plan",
+            Scope::Prompt => "prompt",
+            Scope::Answer => "answer",
+        }
+    }
+}
+
+/// A key record as last read, and when.
+type Cached = (Option<KeyRecord>, Instant);
+
+/// Authentication for one replica: the key store, a short-lived cache, the token signer.
+pub struct Auth {
+    mode: AuthMode,
+    store: Arc<dyn KeyStore>,
+    signer: Signer,
+    default_rate: u32,
+    keys: quick_cache::sync::Cache<String, Cached>,
+    /// Whether any key exists, and when that was read (for `auto`).
+    any: std::sync::Mutex<Option<(bool, Instant)>>,
+}
+
+impl Auth {
+    pub fn new(
+        mode: AuthMode,
+        store: Arc<dyn KeyStore>,
+        signer: Signer,
+        default_rate: u32,
+    ) -> Self {
+        Self {
+            mode,
+            store,
+            signer,
+            default_rate: default_rate.max(1),
+            keys: quick_cache::sync::Cache::new(10_000),
+            any: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn KeyStore> {
+        &self.store
+    }
+
+    /// Whether requests must carry a credential right now.
+    pub async fn required(&self) -> Result<bool, StoreError> {
+        match self.mode {
+            AuthMode::Off => Ok(false),
+            AuthMode::Keys => Ok(true),
+            AuthMode::Auto => {
+                let cached = *self.any.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((any, at)) = cached {
+                    if at.elapsed() < KEY_CACHE {
+                        return Ok(any);
+                    }
+                }
+                let any = self.store.any().await?;
+                *self.any.lock().unwrap_or_else(|p| p.into_inner()) = Some((any, Instant::now()));
+                Ok(any)
+            }
+        }
+    }
+
+    /// The caller behind a presented credential (a key or a token; `None` when none was sent).
+    pub async fn authenticate(
+        &self,
+        presented: Option<&str>,
+    ) -> Result<Result<Caller, Denied>, StoreError> {
+        if !self.required().await? {
+            return Ok(Ok(Caller::Open));
+        }
+        let Some(presented) = presented.map(str::trim).filter(|p| !p.is_empty()) else {
+            return Ok(Err(Denied::Unauthenticated(
+                "this route needs a credential: `Authorization: Bearer <API key or token>`",
+            )));
+        };
+        if let Some((id, secret)) = credentials::parse_key(presented) {
+            let record = self.key(id).await?;
+            return Ok(match record {
+                Some(r)
+                    if r.revoked_at.is_none()
+                        && credentials::digests_match(
+                            &credentials::hash_secret(secret),
+                            &r.hash,
+                        ) =>
+                {
+                    Ok(Caller::Key {
+                        id: r.id,
+                        tenant: r.tenant,
+                        rate: r.rate.unwrap_or(self.default_rate),
+                    })
+                }
+                _ => Err(Denied::Unauthenticated(
+                    "the API key is not valid (unknown or revoked)",
+                )),
+            });
+        }
+        let claims = match self.signer.verify(presented) {
+            Ok(c) => c,
+            Err(tokens::TokenError::Expired) => return Ok(Err(Denied::Expired)),
+            Err(tokens::TokenError::Invalid) => {
+                return Ok(Err(Denied::Unauthenticated(
+                    "the credential is neither a valid API key nor a valid token",
+                )))
+            }
+        };
+        // A token lives only as long as the key that minted it.
+        Ok(match self.key(&claims.key).await? {
+            Some(r) if r.revoked_at.is_none() && r.tenant == claims.ten => Ok(Caller::Token {
+                rate: r.rate.unwrap_or(self.default_rate),
+                claims: Arc::new(claims),
+            }),
+            _ => Err(Denied::Unauthenticated(
+                "the key that minted this token was revoked",
+            )),
+        })
+    }
+
+    /// A key record, from the per-replica cache when it is fresh.
+    async fn key(&self, id: &str) -> Result<Option<KeyRecord>, StoreError> {
+        if let Some((record, at)) = self.keys.get(id) {
+            if at.elapsed() < KEY_CACHE {
+                return Ok(record);
+            }
+        }
+        let record = self.store.get(id).await?;
+        self.keys
+            .insert(id.to_owned(), (record.clone(), Instant::now()));
+        Ok(record)
+    }
+
+    /// Creates a key for `tenant`: stores its hash, returns the record and the key (the only
+    /// time the key exists in clear).
+    pub async fn create_key(
+        store: &dyn KeyStore,
+        tenant: TenantId,
+        rate: Option<u32>,
+    ) -> Result<(KeyRecord, String), StoreError> {
+        let (id, key, hash) = credentials::new_key().map_err(StoreError::Unavailable)?;
+        let record = KeyRecord {
+            id,
+            tenant,
+            hash,
+            rate: rate.map(|r| r.max(1)),
+            created_at: crate::store::now_ms(),
+            revoked_at: None,
+        };
+        store.put(&record).await?;
+        Ok((record, key))
+    }
+
+    /// Mints a token for `claims` (the caller fills in everything but the times).
+    pub fn mint(&self, mut claims: Claims, ttl: Duration) -> Result<(String, u64), String> {
+        let now = jsonwebtoken::get_current_timestamp();
+        let ttl = ttl.as_secs().clamp(1, MAX_TTL_SECS);
+        claims.iat = now;
+        claims.exp = now + ttl;
+        claims.iss = tokens::issuer();
+        let token = self.signer.sign(&claims)?;
+        Ok((token, claims.exp))
+    }
+}

@@ -1,0 +1,126 @@
+//! Credentials at the edge: every `/v1/sessions…` request is authenticated once, by the
+//! [`authenticate`] middleware, which leaves the [`Caller`] in the request for handlers to take
+//! as an extractor. Handlers then ask [`AppState::guard`] before they touch a session.
+//!
+//! The credential is `Authorization: Bearer <API key or token>`; on the events route only, a
+//! token may also come as `?access_token=` (an `EventSource` cannot set headers). Neither is
+//! ever logged.
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{http::header, web, FromRequest, HttpMessage, HttpRequest};
+
+use super::{ApiError, AppState, Code};
+use crate::auth::{Action, Caller, Denied};
+use crate::domain::{AgentId, SessionId};
+
+/// Routes under this prefix need a credential (when auth is on); the rest are public.
+const GUARDED: &str = "/v1/sessions";
+
+/// Authenticates a request to a session route and records its caller.
+pub async fn authenticate(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if !req.path().starts_with(GUARDED) || req.method() == actix_web::http::Method::OPTIONS {
+        return next.call(req).await;
+    }
+    let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+        return Err(ApiError::new(Code::Internal, "the server is not configured").into());
+    };
+    let presented = credential(req.request());
+    let caller = state
+        .auth
+        .authenticate(presented.as_deref())
+        .await
+        .map_err(crate::service::ServiceError::from)
+        .map_err(ApiError::from)?
+        .map_err(|d| denied(d, None))?;
+    req.extensions_mut().insert(caller);
+    next.call(req).await
+}
+
+/// The presented credential: the bearer header, or `access_token` on the events route.
+fn credential(req: &HttpRequest) -> Option<String> {
+    if let Some(value) = req.headers().get(header::AUTHORIZATION) {
+        let value = value.to_str().ok()?;
+        let (scheme, rest) = value.split_once(' ')?;
+        return scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| rest.trim().to_owned());
+    }
+    let events = req.method() == actix_web::http::Method::GET && req.path().ends_with("/events");
+    if !events {
+        return None;
+    }
+    web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .ok()?
+        .into_inner()
+        .into_iter()
+        .find(|(k, _)| k == "access_token")
+        .map(|(_, v)| v)
+}
+
+/// The problem a refusal answers with; `sid` names the session a 404 pretends is missing.
+fn denied(d: Denied, sid: Option<&SessionId>) -> ApiError {
+    match d {
+        Denied::Unauthenticated(why) => ApiError::new(Code::Unauthorized, why),
+        Denied::Expired => ApiError::new(
+            Code::TokenExpired,
+            "the token has expired: ask your backend for a new one",
+        ),
+        // Word for word what a session that does not exist answers.
+        Denied::Hidden => match sid {
+            Some(sid) => crate::service::ServiceError::SessionNotFound(sid.clone()).into(),
+            None => ApiError::new(Code::SessionNotFound, "no such session"),
+        },
+        Denied::Forbidden(why) => ApiError::new(Code::InsufficientScope, why),
+    }
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        // Only a route the middleware did not cover lacks a caller: a wiring bug, never open.
+        std::future::ready(
+            req.extensions()
+                .get::<Caller>()
+                .cloned()
+                .ok_or_else(|| ApiError::new(Code::Internal, "this route was not authenticated")),
+        )
+    }
+}
+
+impl AppState {
+    /// Refuses unless `caller` may do `action` on `sid` (touching `agent`). Another tenant's
+    /// session answers exactly as a missing one does.
+    pub async fn guard(
+        &self,
+        caller: &Caller,
+        sid: &SessionId,
+        agent: Option<&AgentId>,
+        action: Action,
+    ) -> Result<(), ApiError> {
+        if matches!(caller, Caller::Open) {
+            return Ok(());
+        }
+        let owner = self.sessions.owner(sid).await?;
+        caller
+            .authorize(sid, owner.as_ref(), agent, action)
+            .map_err(|d| denied(d, Some(sid)))
+    }
+
+    /// Refuses a browser token on a route for API keys only (those not about one session).
+    pub fn require_key(&self, caller: &Caller) -> Result<(), ApiError> {
+        match caller {
+            Caller::Token { .. } => Err(ApiError::new(
+                Code::InsufficientScope,
+                "this route takes an API key; a browser token cannot use it",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
