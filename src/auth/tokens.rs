@@ -106,6 +106,10 @@ impl Signer {
             .and_then(|k| self.decoding.get(k))
             .ok_or(TokenError::Invalid)?;
         match jsonwebtoken::decode::<Claims>(token, key, &self.validation) {
+            // `exp` is the first second the token is no longer valid.
+            Ok(data) if data.claims.exp <= jsonwebtoken::get_current_timestamp() => {
+                Err(TokenError::Expired)
+            }
             Ok(data) => Ok(data.claims),
             Err(e) if matches!(e.kind(), ErrorKind::ExpiredSignature) => Err(TokenError::Expired),
             Err(_) => Err(TokenError::Invalid),

@@ -240,9 +240,12 @@ pub async fn events(
         filter,
         sent: 0,
         max_events: query.max_events,
-        deadline: query
-            .max_ms
-            .map(|ms| Instant::now() + Duration::from_millis(ms)),
+        deadline: earliest(
+            query
+                .max_ms
+                .map(|ms| Instant::now() + Duration::from_millis(ms)),
+            token_expiry(&caller),
+        ),
         heartbeat: tokio::time::interval_at(Instant::now() + heartbeat, heartbeat),
         shutdown: state.shutdown.clone(),
         done: false,
@@ -258,4 +261,21 @@ pub async fn events(
         .insert_header(("Cache-Control", "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(body))
+}
+
+/// When a stream opened with a browser token must end: at the token's expiry (the client
+/// reconnects with a fresh token; a stream never outlives its credential).
+fn token_expiry(caller: &crate::auth::Caller) -> Option<Instant> {
+    let crate::auth::Caller::Token { claims, .. } = caller else {
+        return None;
+    };
+    let now = jsonwebtoken::get_current_timestamp();
+    Some(Instant::now() + Duration::from_secs(claims.exp.saturating_sub(now)))
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }

@@ -416,3 +416,30 @@ impl SplitMix {
         ((z ^ (z >> 31)) % n as u64) as usize
     }
 }
+
+#[tokio::test]
+async fn an_event_stream_opened_with_a_token_ends_when_the_token_expires() {
+    let redis = TestRedis::start().await;
+    let (_, key) = key_for(&redis, "acme", None).await;
+    let app = secured(&redis, "r1").await;
+    let acme = app.as_caller(&key);
+    let sid = acme.create_session().await;
+    let token = mint(&acme, &sid, json!({"scopes": ["read"], "ttl_seconds": 1})).await;
+    let started = std::time::Instant::now();
+    let stream = app
+        .client
+        .get(app.url(&format!("/v1/sessions/{sid}/events?access_token={token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    // Without an end the body would never complete (heartbeats every 15 s).
+    let body = stream.text().await.unwrap();
+    assert!(body.contains("session/created"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    // Reconnecting with the expired token is refused.
+    let again = app
+        .get(&format!("/v1/sessions/{sid}/events?access_token={token}"))
+        .await;
+    again.assert_problem(401, "token-expired");
+}
