@@ -4,6 +4,7 @@
 //! - [`store`] — the session log: Redis Streams and an in-memory twin behind one trait;
 //! - [`service`] — folds on read, compare-and-append decisions, the per-replica cache;
 //! - [`http`] — thin handlers, the one error type, the OpenAPI document;
+//! - [`redact`] — what of a URL or an outside error text may be logged, printed or returned;
 //! - [`verify`] — the invariant checker behind `dsh-plan verify`;
 //! - [`startup`] / [`config`] — build/run split and settings.
 
@@ -13,6 +14,7 @@ pub mod domain;
 pub mod engine;
 pub mod http;
 pub mod live;
+pub mod redact;
 pub mod service;
 pub mod startup;
 pub mod store;
