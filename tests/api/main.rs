@@ -14,6 +14,7 @@ mod live;
 mod mock_provider;
 mod openapi;
 mod plan;
+mod redaction;
 mod replicas;
 mod review;
 mod sessions;
