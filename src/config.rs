@@ -130,7 +130,8 @@ pub struct Settings {
         long,
         env = "DSH_PROVIDER_URL",
         default_value = "https://api.openai.com/v1",
-        global = true
+        global = true,
+        hide_env_values = true
     )]
     pub provider_url: String,
     /// Model name sent to the provider.
@@ -280,12 +281,5 @@ fn hostname() -> String {
         .unwrap_or_else(|| "dsh".into())
 }
 
-/// The Redis URL without credentials, for logs.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
+/// The URL without credentials, for logs (kept for callers of the old name).
+pub use crate::redact::redact_url as redact;

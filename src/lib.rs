@@ -5,6 +5,7 @@
 //! - [`auth`] — API keys, browser tokens, and who may do what to which session;
 //! - [`service`] — folds on read, compare-and-append decisions, the per-replica cache;
 //! - [`http`] — thin handlers, the one error type, the OpenAPI document;
+//! - [`redact`] — what of a URL or an outside error text may be logged, printed or returned;
 //! - [`verify`] — the invariant checker behind `dsh-plan verify`;
 //! - [`startup`] / [`config`] — build/run split and settings.
 
@@ -15,6 +16,7 @@ pub mod domain;
 pub mod engine;
 pub mod http;
 pub mod live;
+pub mod redact;
 pub mod service;
 pub mod startup;
 pub mod store;

@@ -82,6 +82,9 @@ pub enum ServiceError {
     InvalidForkPoint(String),
     #[error("the model provider failed: {0}")]
     Provider(String),
+    /// The OS random source failed, so no session id can be drawn.
+    #[error("no random session id: {0}")]
+    NoEntropy(String),
 }
 
 /// A committed decision: its value, the state after it, and the events it appended.
@@ -262,7 +265,7 @@ impl Sessions {
     ) -> Result<(SessionId, Arc<SessionState>), ServiceError> {
         let events = decide_create(parent, agents, terms);
         loop {
-            let sid = SessionId::generate();
+            let sid = SessionId::generate().map_err(|e| ServiceError::NoEntropy(e.to_string()))?;
             let new = Anchor::default();
             if let Append::Committed(recorded) = self.log.append(&sid, new, &events).await? {
                 let state = self.advance(&sid, Arc::default(), &recorded)?;

@@ -10,12 +10,13 @@ use anyhow::Context;
 use crate::auth::credentials::random_hex;
 use crate::auth::{Auth, Signer};
 use crate::composition::Composition;
-use crate::config::{provider_key, redact, AuthMode, Settings};
+use crate::config::{provider_key, AuthMode, Settings};
 use crate::engine::assembly::Prompting;
 use crate::engine::provider::{fixture::Fixture, openai::OpenAi, ModelClient};
 use crate::engine::{Engine, EngineConfig, Timing};
 use crate::http::{self, AppState};
 use crate::live::Hub;
+use crate::redact::{redact_url, scrub, secrets_in_url};
 use crate::service::Sessions;
 use crate::store::{
     EventLog, FileKeys, KeyStore, LiveBus, MemoryLeases, MemoryLog, RedisLeases, RedisLog,
@@ -45,8 +46,16 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
         Some(url) => {
             let log = RedisLog::connect(url, &settings.key_prefix)
                 .await
-                .with_context(|| format!("connecting to Redis at {}", redact(url)))?;
-            tracing::info!(redis = %redact(url), prefix = %settings.key_prefix, "store: Redis Streams");
+                .map_err(|e| {
+                    let secrets = secrets_in_url(url);
+                    let known: Vec<&str> = secrets.iter().map(String::as_str).collect();
+                    anyhow::anyhow!(
+                        "connecting to Redis at {}: {}",
+                        redact_url(url),
+                        scrub(&e.to_string(), &known)
+                    )
+                })?;
+            tracing::info!(redis = %redact_url(url), prefix = %settings.key_prefix, "store: Redis Streams");
             let leases = Arc::new(RedisLeases::new(&log));
             let log = Arc::new(log);
             Stores {
@@ -83,7 +92,7 @@ pub fn open_provider(
         )),
         "openai" => {
             let key = provider_key();
-            tracing::info!(url = %settings.provider_url, model = %settings.model, key = if key.is_some() { "set" } else { "unset" }, "provider: openai");
+            tracing::info!(url = %redact_url(&settings.provider_url), model = %settings.model, key = if key.is_some() { "set" } else { "unset" }, "provider: openai");
             Arc::new(OpenAi::new(&settings.provider_url, key, &settings.model)?)
         }
         other => anyhow::bail!("DSH_PROVIDER must be `fixture` or `openai`, not `{other}`"),

@@ -34,9 +34,20 @@ impl SessionId {
         }
     }
 
-    /// A fresh, time-ordered id (UUIDv7 in simple form), so ids sort by creation.
-    pub fn generate() -> Self {
-        Self(uuid::Uuid::now_v7().simple().to_string())
+    /// A fresh id: 128 bits from the OS random source as 32 lowercase hex digits. Nothing in
+    /// it is derived from time or a counter, so an id tells nobody when the session was made
+    /// nor what the ids made next to it are (an id is the only thing standing between a
+    /// guesser and a session while auth is off). Fails only if the OS cannot supply entropy.
+    pub fn generate() -> Result<Self, getrandom::Error> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes)?;
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let hex = bytes
+            .iter()
+            .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]])
+            .map(char::from)
+            .collect();
+        Ok(Self(hex))
     }
 
     pub fn as_str(&self) -> &str {
@@ -185,6 +196,41 @@ mod tests {
         assert!(SessionId::parse("").is_err());
         assert!(AgentId::parse("Main").is_err());
         assert!(AgentId::parse("agent-1").is_ok());
+    }
+
+    #[test]
+    fn generated_session_ids_are_random_hex_with_no_time_prefix() {
+        let ids: Vec<String> = (0..1000)
+            .map(|_| SessionId::generate().map(String::from))
+            .collect::<Result<_, _>>()
+            .expect("the OS random source works in tests");
+        for id in &ids {
+            assert_eq!(id.len(), 32, "{id}");
+            assert!(
+                id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+                "{id}"
+            );
+            assert!(SessionId::parse(id).is_ok(), "{id}");
+        }
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "ids repeat");
+        // UUIDv7 ids made in one tight loop share their leading 48-bit millisecond clock (12
+        // hex digits) and come out sorted; 1,000 random ids do neither. Among 1,000 random ids
+        // the most common 4-digit prefix occurs a handful of times, never hundreds.
+        let mut prefixes = std::collections::HashMap::<&str, usize>::new();
+        for id in &ids {
+            *prefixes.entry(&id[..4]).or_default() += 1;
+        }
+        let most = prefixes.values().max().copied().unwrap_or(0);
+        assert!(
+            most < 20,
+            "{most} ids share a 4-digit prefix: a clock, not randomness"
+        );
+        let ascending = ids.windows(2).filter(|w| w[0] < w[1]).count();
+        assert!(
+            (300..700).contains(&ascending),
+            "{ascending} of 999 neighbours ascend: the ids are ordered"
+        );
     }
 
     #[test]

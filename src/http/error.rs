@@ -192,6 +192,9 @@ impl From<ServiceError> for ApiError {
                 "the model provider failed; retry shortly",
                 p,
             ),
+            ServiceError::NoEntropy(r) => {
+                ApiError::opaque(Code::Internal, "no session id could be drawn", r)
+            }
         }
     }
 }

@@ -19,6 +19,8 @@ pub struct TestRedis {
     port: u16,
     /// Key prefix unique to this test, so a shared `REDIS_URL` server is never disturbed.
     pub prefix: String,
+    /// `--requirepass` of a private server, kept for a restart.
+    password: Option<String>,
     child: Option<Child>,
 }
 
@@ -31,6 +33,7 @@ impl TestRedis {
                 url,
                 port: 0,
                 prefix: fresh_prefix(),
+                password: None,
                 child: None,
             },
             Err(_) => Self::start_private().await,
@@ -40,13 +43,27 @@ impl TestRedis {
     /// A redis-server of this test's own even when `REDIS_URL` is set: for a test that stops
     /// Redis, which a shared server must never see.
     pub async fn start_private() -> Self {
+        Self::start_private_with(None).await
+    }
+
+    /// A redis-server of this test's own that requires `password` (`--requirepass`); its
+    /// `url` carries the password in the userinfo.
+    pub async fn start_with_password(password: &str) -> Self {
+        Self::start_private_with(Some(password.to_owned())).await
+    }
+
+    async fn start_private_with(password: Option<String>) -> Self {
         let port = free_port();
-        let child = Self::spawn(port);
-        let url = format!("redis://127.0.0.1:{port}");
+        let child = Self::spawn(port, password.as_deref());
+        let url = match &password {
+            Some(pw) => format!("redis://default:{pw}@127.0.0.1:{port}"),
+            None => format!("redis://127.0.0.1:{port}"),
+        };
         let redis = Self {
             url,
             port,
             prefix: fresh_prefix(),
+            password,
             child: Some(child),
         };
         redis.wait_ready().await;
@@ -58,11 +75,11 @@ impl TestRedis {
     /// server started with [`Self::start_private`]).
     pub async fn restart_empty(&mut self) {
         self.kill();
-        self.child = Some(Self::spawn(self.port));
+        self.child = Some(Self::spawn(self.port, self.password.as_deref()));
         self.wait_ready().await;
     }
 
-    fn spawn(port: u16) -> Child {
+    fn spawn(port: u16, password: Option<&str>) -> Child {
         let mut cmd =
             Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()));
         cmd.args([
@@ -74,9 +91,11 @@ impl TestRedis {
             "",
             "--appendonly",
             "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        ]);
+        if let Some(pw) = password {
+            cmd.args(["--requirepass", pw]);
+        }
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
         // Die with the thread that spawned us, even if the test panics or is killed.
         unsafe {
             cmd.pre_exec(|| {

@@ -16,6 +16,7 @@ mod mock_provider;
 mod modes;
 mod openapi;
 mod plan;
+mod redaction;
 mod replicas;
 mod review;
 mod sessions;

@@ -1,6 +1,8 @@
 //! An OpenAI-compatible Chat Completions client with `stream: true`: SSE chunks are parsed,
 //! text deltas forwarded, tool-call deltas assembled by index. The key comes from the
-//! environment and is never logged (this type has no `Debug`).
+//! environment and is never logged (this type has no `Debug`); every error text leaves through
+//! [`scrub`], with the key and the URL's own credentials as known secrets, because a gateway
+//! may echo the request (its `Authorization` header, its URL) into an error body.
 
 use std::time::Duration;
 
@@ -11,11 +13,14 @@ use serde_json::Value;
 use super::{Completion, ModelClient, OnDelta, ProviderError};
 use crate::domain::event::ToolCall;
 use crate::engine::assembly::ModelRequest;
+use crate::redact::{scrub, secrets_in_url};
 
 pub struct OpenAi {
     http: reqwest::Client,
     url: String,
     key: Option<String>,
+    /// What error texts are scrubbed of: the key and the URL's userinfo and query secrets.
+    secrets: Vec<String>,
     model: String,
     /// Attempts after the first for retryable failures, with exponential backoff.
     retries: u32,
@@ -28,10 +33,14 @@ impl OpenAi {
             .connect_timeout(Duration::from_secs(5))
             .read_timeout(Duration::from_secs(60))
             .build()?;
+        let key = key.filter(|k| !k.is_empty());
+        let mut secrets = secrets_in_url(url);
+        secrets.extend(key.clone());
         Ok(Self {
             http,
-            url: format!("{}/chat/completions", url.trim_end_matches('/')),
-            key: key.filter(|k| !k.is_empty()),
+            url: completions_url(url),
+            key,
+            secrets,
             model: model.to_owned(),
             retries: 3,
             backoff: Duration::from_millis(200),
@@ -52,12 +61,15 @@ impl OpenAi {
             req = req.bearer_auth(key);
         }
         let res = req.send().await.map_err(|e| {
-            ProviderError::Retryable(format!("request failed: {}", e.without_url()))
+            ProviderError::Retryable(self.scrub(&format!("request failed: {}", e.without_url())))
         })?;
         let status = res.status();
         if !status.is_success() {
-            let text = res.text().await.unwrap_or_default();
-            let msg = format!("{status}: {}", text.chars().take(300).collect::<String>());
+            let text = match res.text().await {
+                Ok(text) => text,
+                Err(e) => format!("(the body could not be read: {})", e.without_url()),
+            };
+            let msg = self.scrub(&format!("{status}: {text}"));
             return Err(if status.is_server_error() || status.as_u16() == 429 {
                 ProviderError::Retryable(msg)
             } else {
@@ -69,7 +81,7 @@ impl OpenAi {
         let mut acc = Accumulator::default();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
-                ProviderError::Retryable(format!("stream broke: {}", e.without_url()))
+                ProviderError::Retryable(self.scrub(&format!("stream broke: {}", e.without_url())))
             })?;
             buf.extend_from_slice(&chunk);
             while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
@@ -94,6 +106,19 @@ impl OpenAi {
             Err(ProviderError::Retryable("stream ended early".into()))
         }
     }
+
+    /// Error text from the provider or the HTTP stack, safe to log and to store.
+    fn scrub(&self, text: &str) -> String {
+        let known: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+        scrub(text, &known)
+    }
+}
+
+/// `…/chat/completions` under the base URL, its query (e.g. a gateway's `?api-version=`)
+/// kept at the end where it belongs.
+fn completions_url(base: &str) -> String {
+    let (path, query) = base.split_at(base.find('?').unwrap_or(base.len()));
+    format!("{}/chat/completions{query}", path.trim_end_matches('/'))
 }
 
 /// Tool calls one answer may make; a provider naming a higher index is broken.
@@ -207,5 +232,22 @@ impl ModelClient for OpenAi {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_completions_path_goes_before_the_base_urls_query() {
+        assert_eq!(
+            completions_url("http://h/v1/"),
+            "http://h/v1/chat/completions"
+        );
+        assert_eq!(
+            completions_url("http://h/v1?api-version=2024"),
+            "http://h/v1/chat/completions?api-version=2024"
+        );
     }
 }
