@@ -8,6 +8,10 @@
 //! hands back the missed events, the decision is made again on the newer state, and the cache
 //! learns them. Decisions on one session are also serialized within a replica, so contention
 //! costs retries only across replicas.
+//!
+//! Every commit keeps the session for its retention (`SessionTerms::retention_ms`, folded from
+//! its creation) from then on. A session that is deleted or expires is noticed like a lost log:
+//! the catch-up finds its anchor gone, folds again from nothing, and the session is not found.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -228,7 +232,12 @@ impl Sessions {
                     continue;
                 }
             };
-            match self.log.append(sid, anchor(&state), &events).await? {
+            let ttl_ms = state.terms.retention_ms;
+            match self
+                .log
+                .append(sid, anchor(&state), &events, ttl_ms)
+                .await?
+            {
                 Append::Committed(recorded) => {
                     let state = self.advance(sid, state, &recorded)?;
                     return Ok(Decided {
@@ -263,11 +272,13 @@ impl Sessions {
         agents: Option<Vec<AgentSnapshot>>,
         terms: SessionTerms,
     ) -> Result<(SessionId, Arc<SessionState>), ServiceError> {
+        let ttl_ms = terms.retention_ms;
         let events = decide_create(parent, agents, terms);
         loop {
             let sid = SessionId::generate().map_err(|e| ServiceError::NoEntropy(e.to_string()))?;
             let new = Anchor::default();
-            if let Append::Committed(recorded) = self.log.append(&sid, new, &events).await? {
+            let appended = self.log.append(&sid, new, &events, ttl_ms).await?;
+            if let Append::Committed(recorded) = appended {
                 let state = self.advance(&sid, Arc::default(), &recorded)?;
                 return Ok((sid, state));
             }
@@ -299,6 +310,25 @@ impl Sessions {
             }
         }
         Ok(Some(Arc::new(state)))
+    }
+
+    /// Deletes the session: its log and every other key it has, and this replica's fold of it.
+    /// Other replicas notice at their next read (the anchor is gone); live streams end. A turn
+    /// running on it stops at its next commit, which finds the log gone and appends nothing.
+    pub async fn delete(&self, sid: &SessionId) -> Result<(), ServiceError> {
+        // Serialized with this replica's decisions on the session, so none commits after it.
+        let _serial = self.lock(sid).lock().await;
+        let existed = self.log.delete(sid).await?;
+        self.cache.remove(sid);
+        match existed {
+            true => Ok(()),
+            false => Err(ServiceError::SessionNotFound(sid.clone())),
+        }
+    }
+
+    /// Whether the store refuses writes for want of memory (readiness).
+    pub async fn store_full(&self) -> Result<bool, ServiceError> {
+        Ok(self.log.full().await?)
     }
 
     /// Drops the entries before seq `keep_from`, which a compaction snapshot replaced.

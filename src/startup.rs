@@ -56,6 +56,14 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                     )
                 })?;
             tracing::info!(redis = %redact_url(url), prefix = %settings.key_prefix, "store: Redis Streams");
+            match log.eviction_policy().await {
+                Some(policy) if policy != "noeviction" => tracing::warn!(
+                    %policy,
+                    "Redis maxmemory-policy is not `noeviction`: when Redis fills up it will \
+                     silently drop session logs; set `maxmemory-policy noeviction`"
+                ),
+                _ => {}
+            }
             let leases = Arc::new(RedisLeases::new(&log));
             let log = Arc::new(log);
             Stores {
@@ -214,6 +222,7 @@ impl Application {
             max_agents: settings.max_agents.max(1),
             auth,
             requests: Default::default(),
+            retention: settings.retention,
         });
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;

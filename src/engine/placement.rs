@@ -139,8 +139,11 @@ impl Engine {
                     tracing::warn!(%member, error = %e, "turn runner interrupted; it resumes once its lease expires");
                     Ok(())
                 }
-                // The session is gone or its log cannot be folded: adopting it again would
-                // fail the same way, forever.
+                Err(TurnStop::Service(ServiceError::SessionNotFound(_))) => {
+                    tracing::info!(%member, "the session was deleted or expired; the turn stops");
+                    engine.leases.release(&member, &engine.owner).await
+                }
+                // Its log cannot be folded: adopting it again would fail the same way, forever.
                 Err(TurnStop::Service(e)) => {
                     tracing::error!(%member, error = %e, "turn runner stopped for good");
                     engine.leases.release(&member, &engine.owner).await

@@ -1,7 +1,8 @@
 //! Server-Sent Events: the wire form of a [`LiveStream`]. Every committed event of a session
 //! (`id:` = event id, `event:` = type, `data:` = the event with `committed_at`), a derived
 //! `plan/view` whenever an agent's plan view changes, assistant deltas as ephemeral events
-//! without an id, and a `reset` when the cursor is older than the trimmed log.
+//! without an id, a `reset` when the cursor is older than the trimmed log, and a final
+//! `session/deleted` when the session is deleted.
 //!
 //! What is sent, and in which order, is the live stream's (cursor, gaps, catch-up, plan
 //! views, stale deltas). This module owns the HTTP side: the cursor from `Last-Event-ID` (else
@@ -113,6 +114,14 @@ fn encode(item: &Item, filter: &Filter) -> Result<Option<Bytes>, String> {
             });
             Some(frame(None, "reset", &data.to_string()))
         }
+        // Sent whatever the filter: it ends the stream, and a reconnect would get 404.
+        Item::Deleted => {
+            let data = serde_json::json!({
+                "reason": "deleted",
+                "message": "the session was deleted; it no longer exists",
+            });
+            Some(frame(None, "session/deleted", &data.to_string()))
+        }
     })
 }
 
@@ -160,6 +169,10 @@ impl Sse {
 }
 
 /// Subscribe to a session's events (Server-Sent Events).
+///
+/// When the session is deleted (`DELETE /v1/sessions/{sid}`, on any replica) the stream sends a
+/// last `session/deleted` event (no `id`) and ends; a reconnect then gets 404
+/// `session-not-found`.
 #[utoipa::path(
     tag = "sessions",
     params(

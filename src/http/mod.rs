@@ -8,7 +8,7 @@ use utoipa::OpenApi;
 use utoipa_actix_web::service_config::ServiceConfig;
 
 use crate::composition::Composition;
-use crate::domain::{AgentId, SessionId};
+use crate::domain::{AgentId, SessionId, SessionTerms, TenantId};
 use crate::engine::Engine;
 use crate::live::Hub;
 use crate::service::Sessions;
@@ -49,11 +49,23 @@ pub struct AppState {
     pub auth: Arc<crate::auth::Auth>,
     /// Responses and latencies for `/metrics`.
     pub requests: metrics::RequestMetrics,
+    /// How long an idle session is kept after its last write (`DSH_RETENTION`); zero: until
+    /// deleted.
+    pub retention: std::time::Duration,
 }
 
 pub type State = web::Data<AppState>;
 
 impl AppState {
+    /// The terms a new session of `tenant` is created under: the one place that chooses its
+    /// retention (today the server's; a tenant's own setting goes here).
+    pub fn session_terms(&self, tenant: Option<TenantId>) -> SessionTerms {
+        SessionTerms {
+            tenant,
+            retention_ms: u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
     /// 404 `feature-disabled` unless plan mode is composed.
     pub fn require_plan_mode(&self) -> Result<(), ApiError> {
         match self.composition.plan_mode {
@@ -165,6 +177,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(system::readyz)
         .service(sessions::create_session)
         .service(sessions::get_session)
+        .service(sessions::delete_session)
         .service(sessions::spawn_agent)
         .service(sessions::get_agent)
         .service(sessions::read_log)

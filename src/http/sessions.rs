@@ -1,6 +1,6 @@
 //! Sessions, agents and the raw log.
 
-use actix_web::{get, post, web, HttpResponse};
+use actix_web::{delete, get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -15,6 +15,9 @@ use crate::domain::{AgentId, EventId, Recorded};
 pub struct CreateSession {}
 
 /// Create a session with its root agent `main` (plan mode inactive).
+///
+/// The session is kept for `DSH_RETENTION` (default 30 days) after its last write, then it
+/// expires; reads do not extend it.
 #[utoipa::path(
     tag = "sessions",
     request_body(content = Option<CreateSession>, description = "May be empty"),
@@ -32,10 +35,7 @@ pub async fn create_session(
 ) -> Result<HttpResponse, ApiError> {
     let OptionalJson(CreateSession {}) = body;
     state.require_key(&caller)?;
-    let terms = crate::domain::SessionTerms {
-        tenant: caller.tenant().cloned(),
-        retention_ms: 0,
-    };
+    let terms = state.session_terms(caller.tenant().cloned());
     let (sid, session) = state.sessions.create(None, None, terms).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/sessions/{sid}")))
@@ -69,6 +69,34 @@ pub async fn get_session(
         .await?;
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(session.view(&sid)))
+}
+
+/// Delete a session: its log and everything kept for it, on every replica at once.
+///
+/// Afterwards every route of the session answers 404 `session-not-found`, a second delete too.
+/// Open event streams of the session (on any replica) send a last `session/deleted` event and
+/// end; a turn running on it stops without recording anything more.
+#[utoipa::path(
+    tag = "sessions",
+    params(("sid" = String, Path, description = "Session id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[delete("/v1/sessions/{sid}")]
+pub async fn delete_session(
+    state: State,
+    caller: crate::auth::Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let sid = session_id(&path)?;
+    state
+        .guard(&caller, &sid, None, crate::auth::Action::Manage)
+        .await?;
+    state.sessions.delete(&sid).await?;
+    Ok(HttpResponse::NoContent().finish())
 }
 
 /// Body of `POST /v1/sessions/{sid}/agents` (may be empty).

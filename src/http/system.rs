@@ -4,7 +4,7 @@ use actix_web::{get, web::Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{ApiError, State};
+use super::{ApiError, Code, Problem, State};
 
 /// Plan mode's composition, when it is composed.
 #[derive(Serialize, ToSchema)]
@@ -93,15 +93,40 @@ pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Readiness: the event store answers.
+/// Readiness: the event store answers and has room.
+///
+/// A full store (Redis at its `maxmemory`,
+/// where writes answer 507) is reported as 503 with the problem `code` `store-full`, until space
+/// is freed; reads keep working meanwhile.
 #[utoipa::path(tag = "system", responses(
     (status = 200, body = Health),
-    (status = 503, description = "The event store is unreachable", body = super::Problem, content_type = "application/problem+json")
+    (status = 503, description = "The event store is unreachable (`store-unavailable`) or full (`store-full`)", body = super::Problem, content_type = "application/problem+json")
 ))]
 #[get("/readyz")]
-pub async fn readyz(state: State) -> Result<Json<Health>, ApiError> {
+pub async fn readyz(state: State) -> Result<actix_web::HttpResponse, ApiError> {
     state.sessions.ping().await?;
-    Ok(Json(Health { status: "ready" }))
+    if state.sessions.store_full().await? {
+        return Ok(store_full());
+    }
+    Ok(actix_web::HttpResponse::Ok().json(Health { status: "ready" }))
+}
+
+/// `/readyz`'s answer while the store is full: not ready (503), and why, by its problem code
+/// (which on a write answers 507).
+fn store_full() -> actix_web::HttpResponse {
+    let unavailable = actix_web::http::StatusCode::SERVICE_UNAVAILABLE;
+    let code = Code::StoreFull;
+    let body = Problem {
+        type_uri: format!("urn:dsh-plan:problem:{}", code.as_str()),
+        title: "Service Unavailable".to_owned(),
+        status: unavailable.as_u16(),
+        detail: "the event store is full: writes are refused until an operator frees space"
+            .to_owned(),
+        code,
+    };
+    actix_web::HttpResponse::build(unavailable)
+        .content_type("application/problem+json")
+        .json(body)
 }
 
 /// Prometheus metrics of this replica (text exposition format).

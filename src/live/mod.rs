@@ -5,7 +5,8 @@
 //! Delivery is best-effort by design: a subscriber ([`stream::LiveStream`]) tracks the last seq
 //! it sent and reads any gap from the log, and after a reconnect of the bus every feed is told
 //! to resync, so a stream never skips or repeats an event. A subscriber that falls more than
-//! [`FEED_CAPACITY`] items behind is cut off and resumes with `Last-Event-ID`.
+//! [`FEED_CAPACITY`] items behind is cut off and resumes with `Last-Event-ID`. A deleted
+//! session's feed hears it from the store's notice and its streams end.
 //!
 //! The hub routes by the fields a message carries and never parses a payload: a committed batch
 //! is shared by every subscriber of its session, an ephemeral body goes out as it came.
@@ -74,6 +75,8 @@ pub enum FeedItem {
     Ephemeral(Arc<Ephemeral>),
     /// Messages may have been lost: read the log past your cursor.
     Resync,
+    /// The session was deleted.
+    Deleted,
 }
 
 pub struct Hub {
@@ -152,6 +155,11 @@ impl Hub {
                 LiveMessage::Ephemeral(msg) => {
                     if let Some(tx) = feeds.get(&msg.sid) {
                         let _ = tx.send(FeedItem::Ephemeral(Arc::new(msg)));
+                    }
+                }
+                LiveMessage::Deleted { sid } => {
+                    if let Some(tx) = feeds.get(&sid) {
+                        let _ = tx.send(FeedItem::Deleted);
                     }
                 }
                 LiveMessage::Reconnected => {

@@ -7,7 +7,9 @@
 //! log: a lost message, a `Resync` after the bus reconnected, or a lag while it was catching up
 //! (the feed filled meanwhile: not a slow client, so it skips to the feed's tail and re-reads).
 //! A client that lags the feed by more than its capacity is cut off: the stream ends and the
-//! client resumes with its cursor. A cursor older than the trimmed log ends with [`Item::Reset`].
+//! client resumes with its cursor. A cursor older than the trimmed log ends with [`Item::Reset`],
+//! a deleted session with [`Item::Deleted`]: from the store's notice, or, if the notice was
+//! lost, from a catch-up that finds the log gone.
 //!
 //! Framing, filters, heartbeats and bounds belong to the HTTP layer; this module reads the log
 //! only through the store's [`EventLog`] seam (DESIGN §7).
@@ -47,6 +49,8 @@ pub enum Item {
     /// The cursor is older than the trimmed log: re-read the session, then reconnect after its
     /// last event id. The stream ends after it.
     Reset { first_available: EventId },
+    /// The session was deleted. The stream ends after it.
+    Deleted,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +172,11 @@ impl LiveStream {
                 return;
             }
         };
+        if batch.is_empty() && !self.exists().await {
+            self.queue.push_back(Item::Deleted);
+            self.mode = Mode::Ended;
+            return;
+        }
         if let Some(first) = batch.first() {
             if self.last > 0 && first.seq() > self.last + 1 {
                 self.queue.push_back(Item::Reset {
@@ -182,6 +191,15 @@ impl LiveStream {
         }
         for e in batch {
             self.accept(LiveEvent::new(e));
+        }
+    }
+
+    /// Whether the session still has a log (it always holds at least its last event). A failed
+    /// read is an outage, not a deletion: the stream goes on.
+    async fn exists(&self) -> bool {
+        match self.log.read(&self.sid, 0, 1).await {
+            Ok(first) => !first.is_empty(),
+            Err(_) => true,
         }
     }
 
@@ -207,6 +225,10 @@ impl LiveStream {
                 }
             }
             Ok(FeedItem::Resync) => self.mode = Mode::CatchingUp,
+            Ok(FeedItem::Deleted) => {
+                self.queue.push_back(Item::Deleted);
+                self.mode = Mode::Ended;
+            }
             // Fell behind while catching up from the log: not a slow client; skip what the
             // feed buffered and read it from the log instead.
             Err(RecvError::Lagged(_)) if fresh => {

@@ -1,16 +1,20 @@
 -- Compare-and-append to one session log (a Redis Stream with ids `<seq>-0`).
--- KEYS[1]  the session's stream
+-- KEYS[1]  the session's stream; KEYS[2..] the session's other keys (their ttl is kept with it)
 -- ARGV[1]  the seq the caller's decision was based on (0: the session must not exist yet)
 -- ARGV[2]  schema version
 -- ARGV[3]  the live channel to publish committed events on ('' for none)
 -- ARGV[4]  the session id (named in the published message)
 -- ARGV[5]  the commit time (ms) of the entry at the expected seq, as the caller folded it
 --          ('0': not checked)
--- ARGV[6..] per event: type, agent, data
+-- ARGV[6]  the session's retention (ms): a commit sets every key of the session to expire
+--          that long after it ('0': never)
+-- ARGV[7..] per event: type, agent, data
 -- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
 -- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
 -- entry as it was folded (Redis lost data and the log grew back): `entries` starts with the
--- entry at the expected seq (if any), so the caller can tell the two apart.
+-- entry at the expected seq (if any), so the caller can tell the two apart. A stream that is
+-- gone (deleted, expired) while the caller expects seq N > 0 is such a conflict: an append
+-- never brings a session back.
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local seq = 0
 if #last > 0 then
@@ -36,11 +40,21 @@ end
 local t = redis.call('TIME')
 local ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local published = {}
-for i = 6, #ARGV, 3 do
+for i = 7, #ARGV, 3 do
   seq = seq + 1
   redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
   published[#published + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
+end
+-- Reads never extend a session's life; every write does, for all of its keys.
+if #published > 0 then
+  for i = 1, #KEYS do
+    if ARGV[6] == '0' then
+      redis.call('PERSIST', KEYS[i])
+    else
+      redis.call('PEXPIRE', KEYS[i], ARGV[6])
+    end
+  end
 end
 -- Every replica's one subscription learns of the commit in the same round trip, in commit
 -- order; a subscriber that sees a gap reads it from the stream.

@@ -1,7 +1,11 @@
 //! The embedded in-memory log: one process, nothing persisted. For trying the service out; the
 //! tests that matter run on Redis.
+//!
+//! Retention works as on Redis: a committed append sets the session's deadline, a session past
+//! it is gone for reads and appends alike, and each lookup also drops a few sessions whose
+//! deadline passed (an index ordered by deadline), so forgotten sessions do not pile up.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
@@ -12,6 +16,9 @@ use super::{
     CONFLICT_BATCH,
 };
 use crate::domain::{NewEvent, Recorded, SessionId};
+
+/// Expired sessions one lookup removes at most, so no request pays for a big sweep.
+const PURGE_BATCH: usize = 16;
 
 /// One session's log: dense seqs from `first`.
 #[derive(Default)]
@@ -39,9 +46,50 @@ impl Log {
     }
 }
 
+struct Entry {
+    log: Arc<Mutex<Log>>,
+    /// When the session expires (ms since the epoch); 0: never.
+    deadline: u64,
+}
+
+/// The sessions and their deadlines, under one lock. A session's own lock is taken after this
+/// one is released, or before it (a commit setting its deadline), never the other way round.
+#[derive(Default)]
+struct Sessions {
+    logs: HashMap<SessionId, Entry>,
+    /// `(deadline, session)` of every session that expires, soonest first.
+    expiry: BTreeSet<(u64, SessionId)>,
+}
+
+impl Sessions {
+    /// Removes up to [`PURGE_BATCH`] sessions whose deadline passed.
+    fn purge(&mut self, now: u64) {
+        for _ in 0..PURGE_BATCH {
+            match self.expiry.first() {
+                Some((deadline, _)) if *deadline <= now => {}
+                _ => return,
+            }
+            if let Some((_, sid)) = self.expiry.pop_first() {
+                self.logs.remove(&sid);
+            }
+        }
+    }
+
+    /// Removes `sid`; whether it was there.
+    fn remove(&mut self, sid: &SessionId) -> bool {
+        match self.logs.remove(sid) {
+            Some(entry) => {
+                self.expiry.remove(&(entry.deadline, sid.clone()));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct MemoryLog {
-    sessions: Mutex<HashMap<SessionId, Arc<Mutex<Log>>>>,
+    sessions: Mutex<Sessions>,
     listeners: Mutex<Vec<UnboundedSender<LiveMessage>>>,
 }
 
@@ -50,13 +98,50 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl MemoryLog {
+    /// The session's log unless it does not exist or expired (then it is removed); `create`
+    /// makes a new one.
     fn log(&self, sid: &SessionId, create: bool) -> Option<Arc<Mutex<Log>>> {
-        let mut map = lock(&self.sessions);
-        match map.get(sid) {
-            Some(l) => Some(l.clone()),
-            None if create => Some(map.entry(sid.clone()).or_default().clone()),
-            None => None,
+        let now = now_ms();
+        let mut sessions = lock(&self.sessions);
+        sessions.purge(now);
+        if let Some(entry) = sessions.logs.get(sid) {
+            if entry.deadline == 0 || entry.deadline > now {
+                return Some(entry.log.clone());
+            }
+            sessions.remove(sid);
         }
+        create.then(|| {
+            let log = Arc::new(Mutex::new(Log::default()));
+            let entry = Entry {
+                log: log.clone(),
+                deadline: 0,
+            };
+            sessions.logs.insert(sid.clone(), entry);
+            log
+        })
+    }
+
+    /// Sets the deadline of `sid` to `ttl_ms` from now, if `log` is still its live log (it was
+    /// not deleted, expired or replaced since it was looked up); whether it was.
+    fn keep(&self, sid: &SessionId, log: &Arc<Mutex<Log>>, ttl_ms: u64) -> bool {
+        let now = now_ms();
+        let mut sessions = lock(&self.sessions);
+        let Some(entry) = sessions.logs.get_mut(sid) else {
+            return false;
+        };
+        if !Arc::ptr_eq(&entry.log, log) || (entry.deadline != 0 && entry.deadline <= now) {
+            return false;
+        }
+        let old = std::mem::replace(
+            &mut entry.deadline,
+            if ttl_ms == 0 { 0 } else { now + ttl_ms },
+        );
+        let new = entry.deadline;
+        sessions.expiry.remove(&(old, sid.clone()));
+        if new != 0 {
+            sessions.expiry.insert((new, sid.clone()));
+        }
+        true
     }
 
     fn broadcast(&self, msg: LiveMessage) {
@@ -106,19 +191,20 @@ impl EventLog for MemoryLog {
         sid: &'a SessionId,
         expected: Anchor,
         events: &'a [NewEvent],
+        ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<Append>> {
         Box::pin(async move {
             // Kept typed, but refused as Redis refuses it: an event that cannot be serialized
             // could never be read back over the API.
             encode(events)?;
-            let Some(log) = self.log(sid, expected.seq == 0 && !events.is_empty()) else {
+            let Some(entry) = self.log(sid, expected.seq == 0 && !events.is_empty()) else {
                 return Ok(if expected.seq == 0 {
                     Append::Committed(Vec::new())
                 } else {
                     Append::Replaced
                 });
             };
-            let mut log = lock(&log);
+            let mut log = lock(&entry);
             if log.head < expected.seq || (expected.seq > 0 && !log.holds(expected)) {
                 return Ok(Append::Replaced);
             }
@@ -128,23 +214,32 @@ impl EventLog for MemoryLog {
                     missing: log.after(expected.seq, CONFLICT_BATCH),
                 });
             }
+            if events.is_empty() {
+                return Ok(Append::Committed(Vec::new()));
+            }
+            // Deleted or expired since the lookup: gone, as on Redis.
+            if !self.keep(sid, &entry, ttl_ms) {
+                return Ok(Append::Replaced);
+            }
             let recorded = stamp(events, log.head + 1, now_ms());
             log.events.extend(recorded.iter().cloned());
             log.head += recorded.len() as u64;
-            if !recorded.is_empty() {
-                // Published under the session's lock: in commit order, as Redis does from
-                // inside the append script.
-                self.broadcast(LiveMessage::Events {
-                    sid: sid.clone(),
-                    events: recorded.clone(),
-                });
-            }
+            // Published under the session's lock: in commit order, as Redis does from inside
+            // the append script.
+            self.broadcast(LiveMessage::Events {
+                sid: sid.clone(),
+                events: recorded.clone(),
+            });
             Ok(Append::Committed(recorded))
         })
     }
 
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn full(&self) -> BoxFuture<'_, StoreResult<bool>> {
+        Box::pin(async { Ok(false) })
     }
 
     fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>> {
@@ -156,6 +251,22 @@ impl EventLog for MemoryLog {
                 }
             }
             Ok(())
+        })
+    }
+
+    fn delete<'a>(&'a self, sid: &'a SessionId) -> BoxFuture<'a, StoreResult<bool>> {
+        Box::pin(async move {
+            // Looked up first, so an expired session counts as already gone; removed under its
+            // own lock, so no append commits in between and the notice follows every commit.
+            let Some(entry) = self.log(sid, false) else {
+                return Ok(false);
+            };
+            let _log = lock(&entry);
+            if !lock(&self.sessions).remove(sid) {
+                return Ok(false);
+            }
+            self.broadcast(LiveMessage::Deleted { sid: sid.clone() });
+            Ok(true)
         })
     }
 }

@@ -4,11 +4,17 @@
 //! Appends are compare-and-append: they name the seq the caller's decision was based on and
 //! commit only if the log still ends there. A conflict hands back what the caller missed, so a
 //! retry needs no extra read.
+//!
+//! Retention is the store's: every committed append sets how long the session is kept after it
+//! (a Redis TTL on each of its keys, a deadline in memory), so an idle session disappears by
+//! itself and reads never extend its life. An expired or deleted session reads as empty, and an
+//! append that expects any of its events finds them gone and never brings the session back.
 
 use futures_util::future::BoxFuture;
 
 use crate::domain::{AgentId, NewEvent, Recorded, SessionId};
 
+mod capacity;
 mod entries;
 pub mod keys;
 pub mod memory;
@@ -109,19 +115,30 @@ pub trait EventLog: Send + Sync + 'static {
     ) -> BoxFuture<'a, StoreResult<Option<Vec<Recorded>>>>;
 
     /// Appends `events` if the session's log still ends with the entry `expected` names (seq
-    /// 0: the session does not exist yet). An empty `events` only checks that.
+    /// 0: the session does not exist yet). An empty `events` only checks that. A commit keeps
+    /// the session for `ttl_ms` from now (0: until deleted); a check or a conflict leaves its
+    /// expiry as it was.
     fn append<'a>(
         &'a self,
         sid: &'a SessionId,
         expected: Anchor,
         events: &'a [NewEvent],
+        ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<Append>>;
 
     /// Checks that the store answers.
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
 
+    /// Whether the store refuses writes for want of memory (Redis at its `maxmemory`, or a
+    /// write refused as out of memory moments ago): readiness reports it.
+    fn full(&self) -> BoxFuture<'_, StoreResult<bool>>;
+
     /// Drops the entries before seq `keep_from` (a compaction snapshot keeps what they held).
     fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>>;
+
+    /// Removes the session (every key it has) and tells every replica's live listeners
+    /// ([`LiveMessage::Deleted`]); false when there was nothing to remove.
+    fn delete<'a>(&'a self, sid: &'a SessionId) -> BoxFuture<'a, StoreResult<bool>>;
 }
 
 /// What every replica hears live: committed events of every session, in commit order, and
@@ -135,6 +152,8 @@ pub enum LiveMessage {
     },
     /// An ephemeral message, e.g. an assistant text delta.
     Ephemeral(Ephemeral),
+    /// The session was deleted: its streams end.
+    Deleted { sid: SessionId },
     /// The listener reconnected and may have missed messages.
     Reconnected,
 }

@@ -1,21 +1,25 @@
-//! The Redis Streams log. Every Redis command the service sends is in this file.
+//! The Redis Streams log. Every Redis command the service sends is in this file (and, for
+//! memory pressure, in `capacity.rs`).
 //!
 //! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
 //! and `XADD`s in one atomic step; the stream's own last id is the version, never `XLEN` (which
-//! is wrong after trimming). Live messages share one pub/sub channel; their payloads are
-//! encoded and decoded in `wire.rs`.
+//! is wrong after trimming). The same script sets the session's retention as a TTL on each of
+//! its keys ([`RedisLog::session_keys`]), and `delete.lua` removes them all. Live messages share
+//! one pub/sub channel; their payloads are encoded and decoded in `wire.rs`. A write Redis
+//! refuses for want of memory is [`StoreError::Full`], any other failure `Unavailable`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
+use super::capacity::{self, Pressure};
 use super::entries::{bytes, corrupt, decode_entries, decode_entry, entry_anchor, int};
 use super::{
-    encode, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, StoreError,
-    StoreResult,
+    encode, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, StoreResult,
 };
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, Recorded, SessionId};
@@ -29,8 +33,11 @@ pub struct RedisLog {
     pub(super) conn: ConnectionManager,
     pub(super) prefix: String,
     append: Script,
+    delete: Script,
     /// The one pub/sub channel every replica listens on.
     channel: String,
+    /// Writes refused for want of memory, shared with the leases.
+    pressure: Arc<Pressure>,
 }
 
 impl RedisLog {
@@ -46,17 +53,31 @@ impl RedisLog {
             conn,
             prefix: prefix.to_owned(),
             append: Script::new(include_str!("append.lua")),
+            delete: Script::new(include_str!("delete.lua")),
             channel: format!("{prefix}:live"),
+            pressure: Arc::default(),
         })
     }
 
     pub fn key(&self, sid: &SessionId) -> String {
         format!("{}:{{{}}}:log", self.prefix, sid)
     }
-}
 
-pub(super) fn unavailable(e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    /// Every key of one session, its stream first: an append keeps their TTLs together and a
+    /// delete removes them all. A new per-session key belongs here (hash-tagged `{<sid>}`).
+    pub fn session_keys(&self, sid: &SessionId) -> Vec<String> {
+        vec![self.key(sid)]
+    }
+
+    /// Redis's `maxmemory-policy`, or `None` when `CONFIG GET` is refused (managed Redis). Any
+    /// policy but `noeviction` lets Redis drop session logs silently when it fills up.
+    pub async fn eviction_policy(&self) -> Option<String> {
+        capacity::eviction_policy(&self.conn).await
+    }
+
+    pub(super) fn failed(&self, e: redis::RedisError) -> super::StoreError {
+        self.pressure.error(e)
+    }
 }
 
 impl EventLog for RedisLog {
@@ -80,7 +101,7 @@ impl EventLog for RedisLog {
                 .arg(limit)
                 .query_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             decode_entries(&reply)
         })
     }
@@ -105,7 +126,7 @@ impl EventLog for RedisLog {
                 .arg(limit + 1)
                 .query_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             let entries = match &reply {
                 Value::Array(entries) => entries.as_slice(),
                 _ => &[],
@@ -124,20 +145,28 @@ impl EventLog for RedisLog {
         sid: &'a SessionId,
         expected: Anchor,
         events: &'a [NewEvent],
+        ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<Append>> {
         Box::pin(async move {
             let data = encode(events)?;
             let mut conn = self.conn.clone();
-            let mut inv = self.append.key(self.key(sid));
+            let mut inv = self.append.prepare_invoke();
+            for key in self.session_keys(sid) {
+                inv.key(key);
+            }
             inv.arg(expected.seq)
                 .arg(SCHEMA_VERSION)
                 .arg(&self.channel)
                 .arg(sid.as_str())
-                .arg(expected.ts);
+                .arg(expected.ts)
+                .arg(ttl_ms);
             for (e, data) in events.iter().zip(data) {
                 inv.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
             }
-            let reply: Value = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
+            let reply: Value = inv
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| self.failed(e))?;
             let Value::Array(parts) = &reply else {
                 return Err(corrupt("?", "append reply is not an array"));
             };
@@ -147,6 +176,9 @@ impl EventLog for RedisLog {
             let head = int(head).ok_or_else(|| corrupt("?", "append reply has no head"))?;
             if int(ok) == Some(1) {
                 let ms = int(rest).ok_or_else(|| corrupt("?", "append reply has no time"))?;
+                if !events.is_empty() {
+                    self.pressure.wrote();
+                }
                 return Ok(Append::Committed(stamp(events, expected.seq + 1, ms)));
             }
             if head < expected.seq {
@@ -181,7 +213,7 @@ impl EventLog for RedisLog {
                 .trim_cmd(sid, keep_from)
                 .query_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             Ok(())
         })
     }
@@ -192,8 +224,28 @@ impl EventLog for RedisLog {
             let _: Value = redis::cmd("PING")
                 .query_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             Ok(())
+        })
+    }
+
+    fn full(&self) -> BoxFuture<'_, StoreResult<bool>> {
+        Box::pin(self.pressure.full(&self.conn))
+    }
+
+    fn delete<'a>(&'a self, sid: &'a SessionId) -> BoxFuture<'a, StoreResult<bool>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let mut inv = self.delete.prepare_invoke();
+            for key in self.session_keys(sid) {
+                inv.key(key);
+            }
+            inv.arg(&self.channel).arg(sid.as_str());
+            let removed: u64 = inv
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| self.failed(e))?;
+            Ok(removed > 0)
         })
     }
 }
@@ -218,7 +270,7 @@ impl LiveBus for RedisLog {
                 .arg(message)
                 .query_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             Ok(())
         })
     }
@@ -265,6 +317,7 @@ pub struct RedisLeases {
     conn: ConnectionManager,
     keys: [String; 2],
     script: Script,
+    pressure: Arc<Pressure>,
 }
 
 impl RedisLeases {
@@ -276,6 +329,7 @@ impl RedisLeases {
                 format!("{}:{{leases}}:owner", log.prefix),
             ],
             script: Script::new(include_str!("lease.lua")),
+            pressure: log.pressure.clone(),
         }
     }
 
@@ -283,7 +337,9 @@ impl RedisLeases {
         let mut conn = self.conn.clone();
         let mut inv = self.script.key(&self.keys[0]);
         inv.key(&self.keys[1]).arg(op).arg(owner).arg(ttl).arg(arg);
-        inv.invoke_async(&mut conn).await.map_err(unavailable)
+        inv.invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.pressure.error(e))
     }
 }
 

@@ -4,7 +4,7 @@ use futures_util::future::BoxFuture;
 use redis::AsyncCommands;
 
 use super::keys::{KeyRecord, KeyStore};
-use super::redis::{unavailable, RedisLog};
+use super::redis::RedisLog;
 use super::{StoreError, StoreResult};
 use crate::domain::TenantId;
 
@@ -50,8 +50,10 @@ impl KeyStore for RedisLog {
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, StoreResult<Option<KeyRecord>>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let fields: Vec<(String, String)> =
-                conn.hgetall(self.key_key(id)).await.map_err(unavailable)?;
+            let fields: Vec<(String, String)> = conn
+                .hgetall(self.key_key(id))
+                .await
+                .map_err(|e| self.failed(e))?;
             decode(id, fields)
         })
     }
@@ -71,18 +73,18 @@ impl KeyStore for RedisLog {
             let created: bool = conn
                 .hset_nx(self.key_key(&r.id), "hash", &r.hash)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             if !created {
                 return Err(StoreError::Unencodable(format!("key id {} exists", r.id)));
             }
             let () = conn
                 .hset_multiple(self.key_key(&r.id), &fields)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             let () = conn
                 .sadd(self.key_index(), &r.id)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             Ok(())
         })
     }
@@ -90,7 +92,10 @@ impl KeyStore for RedisLog {
     fn list(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let ids: Vec<String> = conn.smembers(self.key_index()).await.map_err(unavailable)?;
+            let ids: Vec<String> = conn
+                .smembers(self.key_index())
+                .await
+                .map_err(|e| self.failed(e))?;
             let mut out = Vec::with_capacity(ids.len());
             for id in ids {
                 if let Some(r) = self.get(&id).await? {
@@ -111,7 +116,7 @@ impl KeyStore for RedisLog {
             let _: bool = conn
                 .hset_nx(self.key_key(id), "revoked_at", at)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             Ok(true)
         })
     }
@@ -119,7 +124,10 @@ impl KeyStore for RedisLog {
     fn any(&self) -> BoxFuture<'_, StoreResult<bool>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let n: u64 = conn.scard(self.key_index()).await.map_err(unavailable)?;
+            let n: u64 = conn
+                .scard(self.key_index())
+                .await
+                .map_err(|e| self.failed(e))?;
             Ok(n > 0)
         })
     }
@@ -135,8 +143,8 @@ impl KeyStore for RedisLog {
             let _: bool = conn
                 .hset_nx(&key, kid, proposed)
                 .await
-                .map_err(unavailable)?;
-            let secret: Option<String> = conn.hget(&key, kid).await.map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
+            let secret: Option<String> = conn.hget(&key, kid).await.map_err(|e| self.failed(e))?;
             secret.ok_or_else(|| StoreError::Unavailable("the token signing key vanished".into()))
         })
     }

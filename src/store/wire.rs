@@ -1,11 +1,12 @@
 //! The payloads replicas exchange on the one live pub/sub channel, and their decoding.
 //!
-//! Two kinds share the channel, told apart by their first byte:
+//! Three kinds share the channel, told apart by their first byte:
 //! - a committed batch, JSON published by `append.lua` in the append's own round trip
 //!   (`{"sid":…,"first":…,"ms":…,"events":[[type, agent, data], …]}`);
 //! - an ephemeral message: one header line `E <sid> <agent> <kind> <turn> <step> <attempt>`
 //!   (`- 0 0` when it belongs to no step), a newline, then the body bytes. Routing needs the
-//!   header alone, so a body (an assistant delta's JSON) is never parsed on the way.
+//!   header alone, so a body (an assistant delta's JSON) is never parsed on the way;
+//! - a deletion notice `D <sid>`, published by `delete.lua` as it removes the session.
 
 use std::sync::Arc;
 
@@ -47,6 +48,10 @@ pub(super) fn decode(payload: &[u8]) -> Option<LiveMessage> {
     match payload {
         [b'E', b' ', ..] => decode_ephemeral(payload).map(LiveMessage::Ephemeral),
         [b'{', b'"', ..] => decode_committed(payload),
+        [b'D', b' ', sid @ ..] => {
+            let sid = SessionId::parse(std::str::from_utf8(sid).ok()?).ok()?;
+            Some(LiveMessage::Deleted { sid })
+        }
         _ => None,
     }
 }
@@ -194,6 +199,16 @@ mod tests {
                 String::from_utf8_lossy(payload)
             );
         }
+    }
+
+    #[test]
+    fn a_deletion_notice_names_its_session() {
+        let Some(LiveMessage::Deleted { sid }) = decode(b"D s1") else {
+            panic!("not a deletion");
+        };
+        assert_eq!(sid.as_str(), "s1");
+        assert!(decode(b"D s 1").is_none());
+        assert!(decode(b"D ").is_none());
     }
 
     #[test]

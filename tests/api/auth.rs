@@ -113,6 +113,8 @@ fn routes(sid: &str) -> Vec<(&'static str, String, Option<Value>, Option<&'stati
             Some(json!({"scopes": ["read"]})),
             None,
         ),
+        // Last: the owner's pass below deletes the session.
+        ("DELETE", s.clone(), None, None),
     ]
 }
 

@@ -57,9 +57,10 @@ mod store {
             sid: &'a SessionId,
             expected: Anchor,
             events: &'a [NewEvent],
+            ttl_ms: u64,
         ) -> BoxFuture<'a, StoreResult<Append>> {
             Box::pin(async move {
-                let out = self.inner.append(sid, expected, events).await?;
+                let out = self.inner.append(sid, expected, events, ttl_ms).await?;
                 if let Append::Conflict { missing, .. } = &out {
                     self.count(missing.len());
                 }
@@ -71,12 +72,20 @@ mod store {
             self.inner.ping()
         }
 
+        fn full(&self) -> BoxFuture<'_, StoreResult<bool>> {
+            self.inner.full()
+        }
+
         fn trim<'a>(
             &'a self,
             sid: &'a SessionId,
             keep_from: u64,
         ) -> BoxFuture<'a, StoreResult<()>> {
             self.inner.trim(sid, keep_from)
+        }
+
+        fn delete<'a>(&'a self, sid: &'a SessionId) -> BoxFuture<'a, StoreResult<bool>> {
+            self.inner.delete(sid)
         }
     }
 }

@@ -366,7 +366,7 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
             })
             .collect();
         let Append::Committed(done) = log
-            .append(&id, Anchor::seq_only(seq), &batch)
+            .append(&id, Anchor::seq_only(seq), &batch, 0)
             .await
             .unwrap()
         else {

@@ -13,7 +13,7 @@ async fn a_stream_catches_up_then_follows_live_without_gaps_or_duplicates() {
         let log = log.clone();
         let sid = sid.clone();
         async move {
-            log.append(&sid, Anchor::seq_only(expected), &events)
+            log.append(&sid, Anchor::seq_only(expected), &events, 0)
                 .await
                 .unwrap()
         }
@@ -130,4 +130,22 @@ async fn a_subscriber_that_lags_the_feed_while_following_is_cut_off() {
     }
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(drain(&mut stream).await, ["end"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deletion_notice_ends_the_stream_with_deleted() {
+    let (s, mut stream) = following(16).await;
+    assert!(s.log.delete(&s.sid).await.unwrap());
+    s.wire.send(LiveMessage::Deleted { sid: s.sid.clone() });
+    assert_eq!(drain(&mut stream).await, ["deleted", "end"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deletion_whose_notice_was_lost_is_found_by_the_next_catch_up() {
+    let (s, mut stream) = following(16).await;
+    // The notice goes to the log's own listeners, none here: lost, as on a bus outage.
+    assert!(s.log.delete(&s.sid).await.unwrap());
+    assert_eq!(drain(&mut stream).await, Vec::<String>::new());
+    s.wire.send(LiveMessage::Reconnected);
+    assert_eq!(drain(&mut stream).await, ["deleted", "end"]);
 }

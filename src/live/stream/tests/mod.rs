@@ -70,7 +70,7 @@ impl Session {
         let expected = self.head.load(Ordering::SeqCst);
         match self
             .log
-            .append(&self.sid, Anchor::seq_only(expected), &events)
+            .append(&self.sid, Anchor::seq_only(expected), &events, 0)
             .await
             .unwrap()
         {
@@ -161,5 +161,6 @@ fn describe(item: &Item) -> String {
             None => format!("{} {}", m.kind, m.body),
         },
         Item::Reset { first_available } => format!("reset {}", first_available.seq()),
+        Item::Deleted => "deleted".into(),
     }
 }
