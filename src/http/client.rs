@@ -38,7 +38,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 HttpResponse::Ok()
                     .content_type(*content_type)
                     .insert_header(("Cache-Control", "no-cache"))
-                    .insert_header(("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; object-src 'none'; base-uri 'none'"))
+                    .insert_header(("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"))
                     .body(*body)
             }),
         );

@@ -15,8 +15,10 @@ use crate::service::Sessions;
 
 mod client;
 mod commands;
+pub mod cors;
 pub mod error;
 mod events;
+pub mod guard;
 mod metrics;
 mod plan;
 mod questions;
@@ -141,11 +143,12 @@ pub fn routes(cfg: &mut ServiceConfig) {
 /// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     use utoipa_actix_web::AppExt;
-    let (_, spec) = actix_web::App::new()
+    let (_, mut spec) = actix_web::App::new()
         .into_utoipa_app()
         .openapi(ApiDoc::openapi())
         .configure(routes)
         .split_for_parts();
+    guard::document_json_writes(&mut spec);
     spec
 }
 

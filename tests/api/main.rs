@@ -5,10 +5,12 @@ mod helpers;
 
 mod adversarial;
 mod composition;
+mod cors;
 mod counting;
 mod deltas;
 mod errors;
 mod failover;
+mod guard;
 mod integrity;
 mod live;
 mod mock_provider;
