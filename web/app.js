@@ -6,12 +6,33 @@ import { lang, t } from "./i18n.js";
 const $ = (id) => document.getElementById(id);
 const AGENT = "main";
 const STORE = "dsh-plan.sessions";
+const TOKEN_STORE = "dsh-plan.token";
 
+// A browser token handed over by the integrator's page in the URL fragment,
+// `/#token=<jwt>&session=<sid>` (the fragment never reaches a server). It is taken out of the
+// address bar at once, so it stays out of history, bookmarks and screenshots, and kept in this
+// tab only (sessionStorage, for a reload). Without one the client runs as in open mode.
+function takeToken() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const token = params.get("token");
+  if (!token) return sessionStorage.getItem(TOKEN_STORE);
+  const session = params.get("session");
+  history.replaceState(null, "", location.pathname + location.search + (session ? `#${session}` : ""));
+  sessionStorage.setItem(TOKEN_STORE, token);
+  return token;
+}
+const bearer = takeToken();
+
+// Every write sends JSON, even without a body: the server refuses anything else (415), which is
+// what keeps other sites' forms and no-cors requests out.
 async function api(method, path, body) {
+  const headers = bearer ? { authorization: `Bearer ${bearer}` } : {};
+  const write = method !== "GET";
+  if (write) headers["content-type"] = "application/json";
   const res = await fetch(path, {
     method,
-    headers: body === undefined ? {} : { "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
+    headers,
+    body: write ? JSON.stringify(body ?? {}) : undefined,
   });
   const data = await res.json().catch(() => null);
   if (!res.ok) throw Object.assign(new Error(data?.detail || res.statusText), { problem: data });
@@ -102,8 +123,12 @@ async function open(sid) {
 // EventSource resumes by itself with Last-Event-ID after a dropped connection; after a refused
 // one (a non-200, e.g. 503 while the store is down) it stops for good, so reconnect here.
 function connect(sid) {
-  const after = app.lastId ? `?after=${encodeURIComponent(app.lastId)}` : "";
-  const source = new EventSource(`/v1/sessions/${encodeURIComponent(sid)}/events${after}`);
+  const query = new URLSearchParams();
+  if (app.lastId) query.set("after", app.lastId);
+  // EventSource cannot send headers: the token rides in the query, on this route only.
+  if (bearer) query.set("access_token", bearer);
+  const qs = query.toString() ? `?${query}` : "";
+  const source = new EventSource(`/v1/sessions/${encodeURIComponent(sid)}/events${qs}`);
   app.source = source;
   const on = (type, fn) =>
     source.addEventListener(type, (ev) => {
