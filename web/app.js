@@ -21,7 +21,7 @@ function takeToken() {
   sessionStorage.setItem(TOKEN_STORE, token);
   return token;
 }
-const bearer = takeToken();
+let bearer = takeToken();
 
 // Every write sends JSON, even without a body: the server refuses anything else (415), which is
 // what keeps other sites' forms and no-cors requests out.
@@ -404,5 +404,12 @@ async function start() {
   renderSessions();
   const fromHash = location.hash.slice(1);
   if (fromHash) await open(fromHash);
+  // A token handed to an already open client (the fragment changed, no page load).
+  window.addEventListener("hashchange", () => {
+    if (!new URLSearchParams(location.hash.slice(1)).has("token")) return;
+    bearer = takeToken();
+    const sid = location.hash.slice(1);
+    if (sid) open(sid);
+  });
 }
 start();

@@ -39,6 +39,10 @@ pub struct EventsQuery {
     pub max_events: Option<u64>,
     /// End the stream after this many milliseconds (for load tools).
     pub max_ms: Option<u64>,
+    /// A browser token, on this route only: `EventSource` cannot send `Authorization`.
+    /// Accepted here so browser clients can send it; checked by the credential layer.
+    #[allow(dead_code)]
+    pub access_token: Option<String>,
 }
 
 struct Filter {
