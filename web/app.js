@@ -2,31 +2,17 @@
 // with Last-Event-ID by itself). It shows host-confirmed state only.
 import { renderMarkdown } from "./markdown.js";
 import { lang, t } from "./i18n.js";
+import { authorization, fragmentHasToken, takeToken, withToken } from "./credential.js";
 
 const $ = (id) => document.getElementById(id);
 const AGENT = "main";
 const STORE = "dsh-plan.sessions";
-const TOKEN_STORE = "dsh-plan.token";
-
-// A browser token handed over by the integrator's page in the URL fragment,
-// `/#token=<jwt>&session=<sid>` (the fragment never reaches a server). It is taken out of the
-// address bar at once, so it stays out of history, bookmarks and screenshots, and kept in this
-// tab only (sessionStorage, for a reload). Without one the client runs as in open mode.
-function takeToken() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const token = params.get("token");
-  if (!token) return sessionStorage.getItem(TOKEN_STORE);
-  const session = params.get("session");
-  history.replaceState(null, "", location.pathname + location.search + (session ? `#${session}` : ""));
-  sessionStorage.setItem(TOKEN_STORE, token);
-  return token;
-}
-let bearer = takeToken();
+takeToken();
 
 // Every write sends JSON, even without a body: the server refuses anything else (415), which is
 // what keeps other sites' forms and no-cors requests out.
 async function api(method, path, body) {
-  const headers = bearer ? { authorization: `Bearer ${bearer}` } : {};
+  const headers = authorization();
   const write = method !== "GET";
   if (write) headers["content-type"] = "application/json";
   const res = await fetch(path, {
@@ -123,10 +109,8 @@ async function open(sid) {
 // EventSource resumes by itself with Last-Event-ID after a dropped connection; after a refused
 // one (a non-200, e.g. 503 while the store is down) it stops for good, so reconnect here.
 function connect(sid) {
-  const query = new URLSearchParams();
+  const query = withToken(new URLSearchParams());
   if (app.lastId) query.set("after", app.lastId);
-  // EventSource cannot send headers: the token rides in the query, on this route only.
-  if (bearer) query.set("access_token", bearer);
   const qs = query.toString() ? `?${query}` : "";
   const source = new EventSource(`/v1/sessions/${encodeURIComponent(sid)}/events${qs}`);
   app.source = source;
@@ -406,8 +390,8 @@ async function start() {
   if (fromHash) await open(fromHash);
   // A token handed to an already open client (the fragment changed, no page load).
   window.addEventListener("hashchange", () => {
-    if (!new URLSearchParams(location.hash.slice(1)).has("token")) return;
-    bearer = takeToken();
+    if (!fragmentHasToken()) return;
+    takeToken();
     const sid = location.hash.slice(1);
     if (sid) open(sid);
   });

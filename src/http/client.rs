@@ -19,6 +19,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/markdown.js"),
     ),
     (
+        "/credential.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/credential.js"),
+    ),
+    (
         "/i18n.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/i18n.js"),
