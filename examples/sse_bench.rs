@@ -98,6 +98,7 @@ async fn main() {
 
     let created: serde_json::Value = http
         .post(format!("{commit_url}/v1/sessions"))
+        .json(&serde_json::json!({}))
         .send()
         .await
         .unwrap()

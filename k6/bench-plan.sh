@@ -29,7 +29,7 @@ RUST_LOG=warn DSH_BIND=127.0.0.1:$HPORT target/release/dsh-plan &
 pids+=($!)
 until curl -sf "$BASE/healthz" >/dev/null; do sleep 0.05; done
 
-new_session() { curl -sf -XPOST "$BASE/v1/sessions" | python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'; }
+new_session() { curl -sf -XPOST -H 'content-type: application/json' "$BASE/v1/sessions" | python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'; }
 ROWS=()
 run() { # name mode sessions
   echo "== $1 ($STORE store, $CONNECTIONS connections, $DURATION)"

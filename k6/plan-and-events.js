@@ -28,7 +28,7 @@ export const options = {
 
 export function setup() {
   const sessions = [];
-  for (let i = 0; i < 8; i++) sessions.push(http.post(`${BASE}/v1/sessions`).json("id"));
+  for (let i = 0; i < 8; i++) sessions.push(http.post(`${BASE}/v1/sessions`, "{}", { headers: { "content-type": "application/json" } }).json("id"));
   return { sessions };
 }
 

@@ -4,6 +4,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 
 use actix_web::dev::{Server, ServerHandle};
+use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 
@@ -228,10 +229,18 @@ impl Application {
             .with_context(|| format!("binding {}", settings.bind))?;
         let port = listener.local_addr()?.port();
         let data = web::Data::from(state.clone());
+        let origins =
+            http::cors::parse_origins(&settings.cors_origins).map_err(anyhow::Error::msg)?;
         let mut server = HttpServer::new(move || {
+            // Innermost first: writes must be JSON; CORS headers go on every answer to an
+            // allowed origin, the guard's 415 included; the security headers go on everything.
             App::new()
-                .wrap(actix_web::middleware::from_fn(http::authenticate))
-                .wrap(actix_web::middleware::from_fn(http::track_requests))
+                .wrap(from_fn(http::guard::json_writes))
+                .wrap(from_fn(http::authenticate))
+                .wrap(http::cors::layer(&origins))
+                .wrap(from_fn(http::cors::refusals_as_problems))
+                .wrap(from_fn(http::guard::security_headers))
+                .wrap(from_fn(http::track_requests))
                 .configure(http::configure(data.clone()))
         })
         .listen(listener)?

@@ -2,16 +2,23 @@
 // with Last-Event-ID by itself). It shows host-confirmed state only.
 import { renderMarkdown } from "./markdown.js";
 import { lang, t } from "./i18n.js";
+import { authorization, fragmentHasToken, takeToken, withToken } from "./credential.js";
 
 const $ = (id) => document.getElementById(id);
 const AGENT = "main";
 const STORE = "dsh-plan.sessions";
+takeToken();
 
+// Every write sends JSON, even without a body: the server refuses anything else (415), which is
+// what keeps other sites' forms and no-cors requests out.
 async function api(method, path, body) {
+  const headers = authorization();
+  const write = method !== "GET";
+  if (write) headers["content-type"] = "application/json";
   const res = await fetch(path, {
     method,
-    headers: body === undefined ? {} : { "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
+    headers,
+    body: write ? JSON.stringify(body ?? {}) : undefined,
   });
   const data = await res.json().catch(() => null);
   if (!res.ok) throw Object.assign(new Error(data?.detail || res.statusText), { problem: data });
@@ -102,8 +109,10 @@ async function open(sid) {
 // EventSource resumes by itself with Last-Event-ID after a dropped connection; after a refused
 // one (a non-200, e.g. 503 while the store is down) it stops for good, so reconnect here.
 function connect(sid) {
-  const after = app.lastId ? `?after=${encodeURIComponent(app.lastId)}` : "";
-  const source = new EventSource(`/v1/sessions/${encodeURIComponent(sid)}/events${after}`);
+  const query = withToken(new URLSearchParams());
+  if (app.lastId) query.set("after", app.lastId);
+  const qs = query.toString() ? `?${query}` : "";
+  const source = new EventSource(`/v1/sessions/${encodeURIComponent(sid)}/events${qs}`);
   app.source = source;
   const on = (type, fn) =>
     source.addEventListener(type, (ev) => {
@@ -379,5 +388,12 @@ async function start() {
   renderSessions();
   const fromHash = location.hash.slice(1);
   if (fromHash) await open(fromHash);
+  // A token handed to an already open client (the fragment changed, no page load).
+  window.addEventListener("hashchange", () => {
+    if (!fragmentHasToken()) return;
+    takeToken();
+    const sid = location.hash.slice(1);
+    if (sid) open(sid);
+  });
 }
 start();

@@ -19,6 +19,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/markdown.js"),
     ),
     (
+        "/credential.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/credential.js"),
+    ),
+    (
         "/i18n.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/i18n.js"),
@@ -38,7 +43,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 HttpResponse::Ok()
                     .content_type(*content_type)
                     .insert_header(("Cache-Control", "no-cache"))
-                    .insert_header(("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; object-src 'none'; base-uri 'none'"))
+                    .insert_header(("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"))
                     .body(*body)
             }),
         );

@@ -52,6 +52,9 @@ pub enum Code {
     /// A valid credential that does not carry this action (a token's scopes or agent, or a
     /// route for API keys only).
     InsufficientScope,
+    /// A CORS preflight from an origin not in `DSH_CORS_ORIGINS`, or asking for a method or
+    /// header the API does not allow across origins.
+    CorsRefused,
     /// The key's request rate is used up; see `Retry-After` and `RateLimit`.
     RateLimited,
     /// The tenant has as many live sessions as it may.
@@ -85,7 +88,7 @@ impl Code {
             | InvalidForkPoint => StatusCode::UNPROCESSABLE_ENTITY,
             WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized | TokenExpired => StatusCode::UNAUTHORIZED,
-            InsufficientScope => StatusCode::FORBIDDEN,
+            InsufficientScope | CorsRefused => StatusCode::FORBIDDEN,
             RateLimited | SessionQuota | TurnQuota | ProviderCallQuota | StreamQuota => {
                 StatusCode::TOO_MANY_REQUESTS
             }

@@ -16,8 +16,10 @@ use crate::service::Sessions;
 mod auth;
 mod client;
 mod commands;
+pub mod cors;
 pub mod error;
 mod events;
+pub mod guard;
 mod metrics;
 mod plan;
 mod questions;
@@ -208,6 +210,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .configure(routes)
         .split_for_parts();
     utoipa::Modify::modify(&BearerAuth, &mut spec);
+    guard::document_json_writes(&mut spec);
     spec
 }
 

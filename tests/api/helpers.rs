@@ -324,13 +324,15 @@ impl TestApp {
         self.send(self.client.get(self.url(path))).await
     }
 
+    /// A write: every POST sends JSON (`json!({})` where the route takes no body), because the
+    /// server answers 415 to any write without `Content-Type: application/json`.
     pub async fn post_json(&self, path: &str, body: Value) -> Reply {
         self.send(self.client.post(self.url(path)).json(&body))
             .await
     }
 
     pub async fn create_session(&self) -> String {
-        let reply = self.send(self.client.post(self.url("/v1/sessions"))).await;
+        let reply = self.post_json("/v1/sessions", json!({})).await;
         assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
         reply.body["id"].as_str().unwrap().to_owned()
     }
@@ -384,9 +386,9 @@ impl TestApp {
     }
 
     pub async fn cancel(&self, sid: &str, aid: &str) -> Reply {
-        self.send(
-            self.client
-                .post(self.url(&format!("/v1/sessions/{sid}/agents/{aid}/cancel"))),
+        self.post_json(
+            &format!("/v1/sessions/{sid}/agents/{aid}/cancel"),
+            json!({}),
         )
         .await
     }
@@ -445,9 +447,9 @@ impl TestApp {
     }
 
     pub async fn dismiss(&self, sid: &str, qid: &str) -> Reply {
-        self.send(
-            self.client
-                .post(self.url(&format!("/v1/sessions/{sid}/questions/{qid}/dismiss"))),
+        self.post_json(
+            &format!("/v1/sessions/{sid}/questions/{qid}/dismiss"),
+            json!({}),
         )
         .await
     }

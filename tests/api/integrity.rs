@@ -69,11 +69,7 @@ async fn cancel_then_compact_at_once_never_lets_the_cancelled_turn_write_again()
                     let cancelled = other.cancel(&sid, "main").await.ok();
                     assert_eq!(cancelled["turn"], turn.as_str());
                     other
-                        .send(
-                            other
-                                .client
-                                .post(other.url(&format!("/v1/sessions/{sid}/compact"))),
-                        )
+                        .post_json(&format!("/v1/sessions/{sid}/compact"), json!({}))
                         .await
                         .ok();
                     (sid, turn)

@@ -216,7 +216,12 @@ async fn no_secret_reaches_the_logs_the_api_or_help_even_when_the_gateway_echoes
         client.get(path).await;
     }
     let (status, created) = client
-        .call(client.http.post(format!("{}/v1/sessions", client.base)))
+        .call(
+            client
+                .http
+                .post(format!("{}/v1/sessions", client.base))
+                .json(&json!({})),
+        )
         .await;
     assert_eq!(status, 201, "{created}");
     let sid = created["id"].as_str().unwrap().to_owned();

@@ -52,7 +52,7 @@ async fn fill(redis: &TestRedis) {
 /// still slip under it); returns the refusal.
 async fn refused_create(app: &TestApp) -> crate::helpers::Reply {
     for _ in 0..50 {
-        let reply = app.send(app.client.post(app.url("/v1/sessions"))).await;
+        let reply = app.post_json("/v1/sessions", serde_json::json!({})).await;
         if reply.status != 201 {
             return reply;
         }

@@ -170,3 +170,53 @@ test("the client reconnects after the event stream is refused once", async () =>
   assert.ok(refused >= 2, "a second stream was opened");
   await page.unroute("**/events*");
 });
+
+test("a token in the URL fragment leaves the address bar and goes with every request; none without one", async () => {
+  const created = await fetch(`${stack.base}/v1/sessions`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+  const sid = (await created.json()).id;
+  const fresh = await launchBrowser();
+  const seen = [];
+  const watch = (p) => p.on("request", (r) => r.url().includes("/v1/") && seen.push({ url: new URL(r.url()), auth: r.headers().authorization }));
+  const chipIs = (p, text) => p.waitForFunction((want) => document.getElementById("plan-chip").textContent === want, text);
+  const streams = () => seen.filter((r) => r.url.pathname.endsWith("/events"));
+  const calls = () => seen.filter((r) => !r.url.pathname.endsWith("/events"));
+  try {
+    const plain = fresh.page;
+    watch(plain);
+    await plain.goto(`${stack.base}/#${sid}`);
+    await chipIs(plain, "Default");
+    assert.ok(seen.length >= 3 && seen.every((r) => r.auth === undefined && !r.url.searchParams.has("access_token")), "open mode sends no credential");
+
+    // The integrator opens the client in a new tab with a token for the session.
+    seen.length = 0;
+    const token = "header.payload.signature";
+    const tab = await plain.context().newPage();
+    watch(tab);
+    await tab.goto(`${stack.base}/#token=${token}&session=${sid}`);
+    await chipIs(tab, "Default");
+    assert.equal(await tab.evaluate(() => location.hash), `#${sid}`, "the token left the address bar");
+    await tab.selectOption("#plan-select", "plan");
+    await chipIs(tab, "Plan");
+    assert.ok(calls().some((r) => r.url.pathname.endsWith("/plan")), "the PUT was seen");
+    assert.ok(calls().every((r) => r.auth === `Bearer ${token}`), JSON.stringify(calls()));
+    assert.ok(streams().length >= 1 && streams().every((r) => r.url.searchParams.get("access_token") === token && r.auth === undefined));
+
+    seen.length = 0;
+    await tab.reload(); // the tab keeps the token; the URL does not show it
+    await chipIs(tab, "Plan");
+    assert.ok(!(await tab.evaluate(() => location.href)).includes(token));
+    assert.ok(seen.length >= 3 && seen.every((r) => r.auth === `Bearer ${token}` || r.url.searchParams.get("access_token") === token));
+
+    // A token handed to a client that is already open (only the fragment changes).
+    seen.length = 0;
+    await plain.goto(`${stack.base}/#token=second.token.x&session=${sid}`);
+    await plain.waitForFunction((want) => location.hash === want, `#${sid}`);
+    await chipIs(plain, "Plan");
+    await plain.selectOption("#plan-select", "default");
+    await chipIs(plain, "Default");
+    assert.ok(calls().length >= 1 && calls().every((r) => r.auth === "Bearer second.token.x"), JSON.stringify(calls()));
+    assert.ok(streams().length >= 1 && streams().every((r) => r.url.searchParams.get("access_token") === "second.token.x"));
+  } finally {
+    await fresh.browser.close();
+  }
+});

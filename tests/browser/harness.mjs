@@ -33,8 +33,8 @@ async function waitFor(url, tries = 300) {
   throw new Error(`${url} never became ready`);
 }
 
-/** redis-server + dsh-plan; `manifest` (YAML text) composes plugins. */
-export async function startStack({ manifest, tokenDelayMs = 250 } = {}) {
+/** redis-server + dsh-plan; `manifest` (YAML text) composes plugins; `env` adds settings. */
+export async function startStack({ manifest, tokenDelayMs = 250, env: extra = {} } = {}) {
   const procs = [];
   const redisPort = await freePort();
   procs.push(spawn(process.env.REDIS_SERVER || "redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" }));
@@ -45,6 +45,7 @@ export async function startStack({ manifest, tokenDelayMs = 250 } = {}) {
     DSH_BIND: `127.0.0.1:${port}`,
     DSH_FIXTURE_TOKEN_DELAY_MS: String(tokenDelayMs),
     RUST_LOG: "warn",
+    ...extra,
   };
   if (manifest) {
     const path = join(tmpdir(), `dsh-browser-${port}.yaml`);

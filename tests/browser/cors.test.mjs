@@ -1,0 +1,121 @@
+// Browsers on other origins: a frontend served from another port drives the plan flow with
+// `fetch` and `EventSource` against an API that lists its origin in DSH_CORS_ORIGINS, and the
+// same page on an origin the API does not list gets nothing. The pages are other-origin/*.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import { readFileSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { startStack, launchBrowser, freePort, shot } from "./harness.mjs";
+
+const pages = join(dirname(fileURLToPath(import.meta.url)), "other-origin");
+const files = {
+  "/": ["text/html; charset=utf-8", readFileSync(join(pages, "index.html"))],
+  "/frontend.js": ["text/javascript; charset=utf-8", readFileSync(join(pages, "frontend.js"))],
+};
+
+/** A static server for the frontend on its own origin, `http://127.0.0.1:<port>`. */
+async function serveFrontend() {
+  const port = await freePort();
+  const server = createServer((req, res) => {
+    const file = files[new URL(req.url, "http://x").pathname];
+    if (!file) return res.writeHead(404).end();
+    res.writeHead(200, { "content-type": file[0] }).end(file[1]);
+  });
+  await new Promise((resolve) => server.listen(port, "127.0.0.1", resolve));
+  return { origin: `http://127.0.0.1:${port}`, close: () => server.close() };
+}
+
+let allowed;
+let other;
+let stack;
+let browser;
+let page;
+const consoleErrors = [];
+
+before(async () => {
+  allowed = await serveFrontend();
+  other = await serveFrontend();
+  stack = await startStack({ tokenDelayMs: 20, env: { DSH_CORS_ORIGINS: allowed.origin } });
+  ({ browser, page } = await launchBrowser());
+  page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+});
+after(async () => {
+  await browser?.close();
+  stack?.stop();
+  allowed?.close();
+  other?.close();
+});
+
+/** A request of the integrator's backend (which will send its API key once auth lands). */
+async function backend(method, path, body) {
+  const res = await fetch(stack.base + path, {
+    method,
+    headers: method === "GET" ? {} : { "content-type": "application/json" },
+    body: method === "GET" ? undefined : JSON.stringify(body ?? {}),
+  });
+  assert.ok(res.ok, `${method} ${path}: ${res.status}`);
+  return res.json();
+}
+
+/** The backend creates the session its frontend will drive. */
+async function backendCreatesSession() {
+  return (await backend("POST", "/v1/sessions")).id;
+}
+
+/**
+ * The integrator's backend mints a browser token for `sid` with these actions and hands it to
+ * its frontend. Open mode (no keys) needs none: null. Once auth lands: `POST
+ * /v1/sessions/{sid}/tokens` with the tenant's API key, returning `token`.
+ */
+async function mintToken(_stack, _sid, _actions) {
+  return null;
+}
+
+function frontendUrl(origin, sid, token) {
+  const q = new URLSearchParams({ api: stack.base, session: sid });
+  if (token) q.set("token", token);
+  return `${origin}/?${q}`;
+}
+
+test("a frontend on an allowed origin drives plan mode, the review and Approve over fetch and EventSource", async () => {
+  const sid = await backendCreatesSession();
+  const token = await mintToken(stack, sid, ["read", "plan", "prompt", "answer"]);
+  await page.goto(frontendUrl(allowed.origin, sid, token));
+  const result = await page.evaluate(() => window.planFlow());
+  assert.equal(result.sid, sid);
+  assert.equal(result.outcome, "committed");
+  assert.match(result.plan, /fix the login bug/);
+  assert.equal(result.answered, "answered");
+  assert.deepEqual(result.view, { agent: "main", active: false });
+  assert.equal(result.result, "Plan approved. Starting work.");
+  await shot(page, "cors-allowed-origin");
+  assert.deepEqual(consoleErrors, [], "no CORS or other errors in the console");
+});
+
+test("a frontend on an allowed origin creates its own session in open mode", async (t) => {
+  const sid = await backendCreatesSession();
+  if (await mintToken(stack, sid, ["read"])) return t.skip("with auth on, only the backend creates sessions");
+  await page.goto(`${allowed.origin}/?${new URLSearchParams({ api: stack.base })}`);
+  const result = await page.evaluate(() => window.planFlow());
+  assert.notEqual(result.sid, sid);
+  assert.equal(result.result, "Plan approved. Starting work.");
+});
+
+test("a frontend on an origin the API does not allow can neither read, write nor stream", async () => {
+  const sid = await backendCreatesSession();
+  const token = await mintToken(stack, sid, ["read", "plan", "prompt", "answer"]);
+  await page.goto(frontendUrl(other.origin, sid, token));
+  const result = await page.evaluate(() => window.refused());
+  assert.deepEqual(result, {
+    read: "GET status: TypeError",
+    create: "POST session: TypeError",
+    plan: "PUT plan: TypeError",
+    stream: "EventSource: error, closed",
+  });
+  // The PUT never reached a handler: its preflight was refused.
+  const log = await backend("GET", `/v1/sessions/${sid}/log`);
+  assert.deepEqual(log.events.map((e) => e.type), ["session/created"]);
+  await shot(page, "cors-other-origin");
+});
