@@ -13,6 +13,9 @@ use super::{
 };
 use crate::domain::{NewEvent, Recorded, SessionId};
 
+mod limits;
+pub use self::limits::MemoryLimits;
+
 /// One session's log: dense seqs from `first`.
 #[derive(Default)]
 struct Log {

@@ -10,12 +10,14 @@ use futures_util::future::BoxFuture;
 use crate::domain::{AgentId, NewEvent, Recorded, SessionId};
 
 mod entries;
+pub mod limits;
 pub mod memory;
 pub mod redis;
 mod wire;
 
-pub use self::memory::{MemoryLeases, MemoryLog};
-pub use self::redis::{RedisLeases, RedisLog};
+pub use self::limits::{Admission, Bucket, CountedSet, LimitStore, TenantOverrides};
+pub use self::memory::{MemoryLeases, MemoryLimits, MemoryLog};
+pub use self::redis::{RedisLeases, RedisLimits, RedisLog};
 
 /// How many missed events a conflict reply carries at most; the caller reads the rest.
 pub const CONFLICT_BATCH: usize = 512;

@@ -1,4 +1,5 @@
-//! The Redis Streams log. Every Redis command the service sends is in this file.
+//! The Redis Streams log. Every Redis command the service sends is in this file, or in its
+//! child `limits.rs` (rate buckets and tenant quotas).
 //!
 //! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
@@ -19,6 +20,9 @@ use super::{
 };
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, Recorded, SessionId};
+
+mod limits;
+pub use self::limits::RedisLimits;
 
 /// Redis answers a command within this or the request fails with 503.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
