@@ -2,6 +2,7 @@
 //!
 //! - [`domain`] — events, the session fold and every plan rule (pure, no I/O);
 //! - [`store`] — the session log: Redis Streams and an in-memory twin behind one trait;
+//! - [`limits`] — per-key request rates and per-tenant quotas that hold across replicas;
 //! - [`service`] — folds on read, compare-and-append decisions, the per-replica cache;
 //! - [`http`] — thin handlers, the one error type, the OpenAPI document;
 //! - [`verify`] — the invariant checker behind `dsh-plan verify`;
@@ -12,6 +13,7 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod http;
+pub mod limits;
 pub mod live;
 pub mod service;
 pub mod startup;

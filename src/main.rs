@@ -1,5 +1,5 @@
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use dsh_plan::config::{Cli, Command};
 use dsh_plan::domain::SessionId;
 use dsh_plan::startup::{open_store, Application};
@@ -12,7 +12,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             Application::build(cli.serve)
@@ -21,8 +22,11 @@ async fn main() -> anyhow::Result<()> {
                 .await?
         }
         Command::Openapi => print!("{}", dsh_plan::http::openapi_json()),
-        Command::Keys { .. } | Command::Tenants { .. } => {
-            anyhow::bail!("not built yet")
+        Command::Keys { .. } => anyhow::bail!("not built yet"),
+        Command::Tenants { command } => {
+            use dsh_plan::limits::admin;
+            let command = admin::given_on_command_line(&matches, command);
+            print!("{}", admin::run(&cli.serve, command).await?)
         }
         Command::Verify { session } => {
             let sid = SessionId::parse(&session).map_err(anyhow::Error::msg)?;

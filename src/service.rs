@@ -11,6 +11,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
 use quick_cache::sync::Cache;
 
@@ -19,6 +20,7 @@ use crate::domain::session::decide_create;
 use crate::domain::{
     DomainError, FoldError, NewEvent, Recorded, SessionId, SessionState, SessionTerms,
 };
+use crate::limits::Limits;
 use crate::store::{Anchor, Append, EventLog, StoreError};
 
 /// Events read per round trip while catching a cold session up.
@@ -82,6 +84,9 @@ pub enum ServiceError {
     InvalidForkPoint(String),
     #[error("the model provider failed: {0}")]
     Provider(String),
+    /// A tenant quota refused (sessions, running turns…); nothing was appended.
+    #[error(transparent)]
+    Quota(#[from] crate::limits::Quota),
 }
 
 /// A committed decision: its value, the state after it, and the events it appended.
@@ -95,6 +100,9 @@ pub struct Sessions {
     log: Arc<dyn EventLog>,
     cache: FoldCache,
     locks: Box<[tokio::sync::Mutex<()>]>,
+    /// The tenants' session quotas: a new session is admitted before it is created, and its
+    /// expiry in the count follows its writes.
+    limits: Option<Arc<Limits>>,
 }
 
 impl Sessions {
@@ -105,7 +113,14 @@ impl Sessions {
             locks: (0..LOCK_SHARDS)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            limits: None,
         }
+    }
+
+    /// These sessions, counted against their tenants' `max_sessions`.
+    pub fn with_limits(mut self, limits: Arc<Limits>) -> Self {
+        self.limits = Some(limits);
+        self
     }
 
     /// `redis` or `memory`, as `/v1/status` reports it.
@@ -219,6 +234,10 @@ impl Sessions {
             match self.log.append(sid, anchor(&state), &events).await? {
                 Append::Committed(recorded) => {
                     let state = self.advance(sid, state, &recorded)?;
+                    if let Some(limits) = &self.limits {
+                        let retention = Duration::from_millis(state.terms.retention_ms);
+                        limits.touch_session(state.terms.tenant.as_ref(), sid, retention);
+                    }
                     return Ok(Decided {
                         value,
                         state,
@@ -251,15 +270,33 @@ impl Sessions {
         agents: Option<Vec<AgentSnapshot>>,
         terms: SessionTerms,
     ) -> Result<(SessionId, Arc<SessionState>), ServiceError> {
+        let (tenant, retention) = (
+            terms.tenant.clone(),
+            Duration::from_millis(terms.retention_ms),
+        );
         let events = decide_create(parent, agents, terms);
         loop {
             let sid = SessionId::generate();
-            let new = Anchor::default();
-            if let Append::Committed(recorded) = self.log.append(&sid, new, &events).await? {
+            // Counted before it exists: a session over the tenant's quota appends nothing.
+            if let Some(limits) = &self.limits {
+                limits
+                    .admit_session(tenant.as_ref(), &sid, retention)
+                    .await?;
+            }
+            let appended = self.log.append(&sid, Anchor::default(), &events).await;
+            if let Ok(Append::Committed(recorded)) = appended {
                 let state = self.advance(&sid, Arc::default(), &recorded)?;
                 return Ok((sid, state));
             }
-            // An id collision: draw another.
+            // Not created (an id collision, or the store failed — then a commit it hid goes
+            // uncounted, which is better than a slot held forever by a session that may not
+            // exist).
+            if let Some(limits) = &self.limits {
+                if let Err(e) = limits.forget_session(tenant.as_ref(), &sid).await {
+                    tracing::warn!(session = %sid, error = %e, "releasing an uncreated session's quota failed");
+                }
+            }
+            appended?;
         }
     }
 

@@ -13,9 +13,13 @@ use crate::engine::assembly::Prompting;
 use crate::engine::provider::{fixture::Fixture, openai::OpenAi, ModelClient};
 use crate::engine::{Engine, EngineConfig, Timing};
 use crate::http::{self, AppState};
+use crate::limits::Limits;
 use crate::live::Hub;
 use crate::service::Sessions;
-use crate::store::{EventLog, LiveBus, MemoryLeases, MemoryLog, RedisLeases, RedisLog, TurnLeases};
+use crate::store::{
+    EventLog, LimitStore, LiveBus, MemoryLeases, MemoryLimits, MemoryLog, RedisLeases, RedisLimits,
+    RedisLog, TurnLeases,
+};
 
 /// The stores a replica needs.
 #[derive(Clone)]
@@ -23,6 +27,8 @@ pub struct Stores {
     pub log: Arc<dyn EventLog>,
     pub live: Arc<dyn LiveBus>,
     pub leases: Arc<dyn TurnLeases>,
+    /// Request rates and tenant quotas, shared by every replica.
+    pub limits: Arc<dyn LimitStore>,
 }
 
 pub struct Application {
@@ -41,11 +47,13 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 .with_context(|| format!("connecting to Redis at {}", redact(url)))?;
             tracing::info!(redis = %redact(url), prefix = %settings.key_prefix, "store: Redis Streams");
             let leases = Arc::new(RedisLeases::new(&log));
+            let limits = Arc::new(RedisLimits::new(&log));
             let log = Arc::new(log);
             Stores {
                 log: log.clone(),
                 live: log,
                 leases,
+                limits,
             }
         }
         None => {
@@ -57,6 +65,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 log: log.clone(),
                 live: log,
                 leases: Arc::new(MemoryLeases::default()),
+                limits: Arc::new(MemoryLimits::default()),
             }
         }
     })
@@ -103,7 +112,8 @@ impl Application {
             Prompting::workspace_instructions(settings.workspace.as_deref()),
         );
         let provider = open_provider(&settings, policy)?;
-        let sessions = Arc::new(Sessions::new(stores.log.clone()));
+        let limits = Limits::new(stores.limits.clone(), &settings);
+        let sessions = Arc::new(Sessions::new(stores.log.clone()).with_limits(limits.clone()));
         let engine = Engine::new(
             sessions.clone(),
             stores.live.clone(),
@@ -115,6 +125,7 @@ impl Application {
                 replica: replica_id.clone(),
                 timing: Timing::default(),
                 max_steps: settings.max_steps,
+                limits: limits.clone(),
             },
         );
         engine.start();
@@ -135,6 +146,7 @@ impl Application {
             trim_on_compact: settings.trim_on_compact,
             max_agents: settings.max_agents.max(1),
             requests: Default::default(),
+            limits,
         });
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;

@@ -20,6 +20,7 @@ mod events;
 mod metrics;
 mod plan;
 mod questions;
+pub mod rate_limit;
 mod sessions;
 mod system;
 mod turns;
@@ -44,6 +45,8 @@ pub struct AppState {
     pub max_agents: usize,
     /// Responses and latencies for `/metrics`.
     pub requests: metrics::RequestMetrics,
+    /// Request rates per API key and quotas per tenant (see [`crate::limits`]).
+    pub limits: Arc<crate::limits::Limits>,
 }
 
 pub type State = web::Data<AppState>;
