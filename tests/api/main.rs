@@ -14,6 +14,8 @@ mod live;
 mod mock_provider;
 mod openapi;
 mod plan;
+mod quotas;
+mod rate_limits;
 mod replicas;
 mod review;
 mod sessions;
