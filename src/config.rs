@@ -223,6 +223,16 @@ pub struct Settings {
         global = true
     )]
     pub max_streams: u64,
+    /// The window `max_provider_calls` counts in, in milliseconds: a minute; shorter only in
+    /// tests.
+    #[arg(
+        long,
+        env = "DSH_PROVIDER_CALL_WINDOW_MS",
+        default_value_t = 60_000,
+        hide = true,
+        global = true
+    )]
+    pub provider_call_window_ms: u64,
 }
 
 impl Settings {
@@ -255,6 +265,7 @@ impl Settings {
             max_running_turns: 200,
             max_provider_calls: 6_000,
             max_streams: 10_000,
+            provider_call_window_ms: 60_000,
         }
     }
 

@@ -1,5 +1,5 @@
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use dsh_plan::auth::Auth;
 use dsh_plan::config::{Cli, Command, KeysCommand, Settings};
 use dsh_plan::domain::{SessionId, TenantId};
@@ -13,7 +13,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             Application::build(cli.serve)
@@ -23,7 +24,11 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Openapi => print!("{}", dsh_plan::http::openapi_json()),
         Command::Keys { command } => keys(&cli.serve, command).await?,
-        Command::Tenants { .. } => anyhow::bail!("not built yet"),
+        Command::Tenants { command } => {
+            use dsh_plan::limits::admin;
+            let command = admin::given_on_command_line(&matches, command);
+            print!("{}", admin::run(&cli.serve, command).await?)
+        }
         Command::Verify { session } => {
             let sid = SessionId::parse(&session).map_err(anyhow::Error::msg)?;
             if cli.serve.redis_url.is_none() {
@@ -64,6 +69,9 @@ async fn keys(settings: &Settings, command: KeysCommand) -> anyhow::Result<()> {
     match command {
         KeysCommand::Create { tenant, rate } => {
             let tenant = TenantId::parse(&tenant).map_err(anyhow::Error::msg)?;
+            if tenant.as_str().starts_with('_') {
+                anyhow::bail!("tenant names starting with `_` are reserved (`_open` counts the open server's use)");
+            }
             let (record, key) = Auth::create_key(store.keys.as_ref(), tenant, rate)
                 .await
                 .context("storing the key")?;

@@ -15,6 +15,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
 use quick_cache::sync::Cache;
 
@@ -23,6 +24,7 @@ use crate::domain::session::decide_create;
 use crate::domain::{
     DomainError, FoldError, NewEvent, Recorded, SessionId, SessionState, SessionTerms, TenantId,
 };
+use crate::limits::Limits;
 use crate::store::{Anchor, Append, EventLog, StoreError};
 
 /// Events read per round trip while catching a cold session up.
@@ -89,6 +91,9 @@ pub enum ServiceError {
     /// The OS random source failed, so no session id can be drawn.
     #[error("no random session id: {0}")]
     NoEntropy(String),
+    /// A tenant quota refused (sessions, running turns…); nothing was appended.
+    #[error(transparent)]
+    Quota(#[from] crate::limits::Quota),
 }
 
 /// A committed decision: its value, the state after it, and the events it appended.
@@ -102,6 +107,9 @@ pub struct Sessions {
     log: Arc<dyn EventLog>,
     cache: FoldCache,
     locks: Box<[tokio::sync::Mutex<()>]>,
+    /// The tenants' session quotas: a new session is admitted before it is created, and its
+    /// expiry in the count follows its writes.
+    limits: Option<Arc<Limits>>,
 }
 
 impl Sessions {
@@ -112,7 +120,14 @@ impl Sessions {
             locks: (0..LOCK_SHARDS)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            limits: None,
         }
+    }
+
+    /// These sessions, counted against their tenants' `max_sessions`.
+    pub fn with_limits(mut self, limits: Arc<Limits>) -> Self {
+        self.limits = Some(limits);
+        self
     }
 
     /// `redis` or `memory`, as `/v1/status` reports it.
@@ -240,6 +255,10 @@ impl Sessions {
             {
                 Append::Committed(recorded) => {
                     let state = self.advance(sid, state, &recorded)?;
+                    if let Some(limits) = &self.limits {
+                        let retention = Duration::from_millis(state.terms.retention_ms);
+                        limits.touch_session(state.terms.tenant.as_ref(), sid, retention);
+                    }
                     return Ok(Decided {
                         value,
                         state,
@@ -273,16 +292,33 @@ impl Sessions {
         terms: SessionTerms,
     ) -> Result<(SessionId, Arc<SessionState>), ServiceError> {
         let ttl_ms = terms.retention_ms;
+        let (tenant, retention) = (terms.tenant.clone(), Duration::from_millis(ttl_ms));
         let events = decide_create(parent, agents, terms);
         loop {
             let sid = SessionId::generate().map_err(|e| ServiceError::NoEntropy(e.to_string()))?;
-            let new = Anchor::default();
-            let appended = self.log.append(&sid, new, &events, ttl_ms).await?;
-            if let Append::Committed(recorded) = appended {
+            // Counted before it exists: a session over the tenant's quota appends nothing.
+            if let Some(limits) = &self.limits {
+                limits
+                    .admit_session(tenant.as_ref(), &sid, retention)
+                    .await?;
+            }
+            let appended = self
+                .log
+                .append(&sid, Anchor::default(), &events, ttl_ms)
+                .await;
+            if let Ok(Append::Committed(recorded)) = appended {
                 let state = self.advance(&sid, Arc::default(), &recorded)?;
                 return Ok((sid, state));
             }
-            // An id collision: draw another.
+            // Not created (an id collision, or the store failed — then a commit it hid goes
+            // uncounted, which is better than a slot held forever by a session that may not
+            // exist).
+            if let Some(limits) = &self.limits {
+                if let Err(e) = limits.forget_session(tenant.as_ref(), &sid).await {
+                    tracing::warn!(session = %sid, error = %e, "releasing an uncreated session's quota failed");
+                }
+            }
+            appended?;
         }
     }
 
@@ -318,8 +354,23 @@ impl Sessions {
     pub async fn delete(&self, sid: &SessionId) -> Result<(), ServiceError> {
         // Serialized with this replica's decisions on the session, so none commits after it.
         let _serial = self.lock(sid).lock().await;
+        let owner = match self.cache.get(sid) {
+            Some(s) => Some(s.terms.tenant.clone()),
+            None => self
+                .catch_up(sid, Arc::default())
+                .await
+                .ok()
+                .filter(|s| s.exists())
+                .map(|s| s.terms.tenant.clone()),
+        };
         let existed = self.log.delete(sid).await?;
         self.cache.remove(sid);
+        // Its slot in the tenant's session quota is free again.
+        if let (Some(limits), Some(tenant)) = (&self.limits, owner) {
+            if let Err(e) = limits.forget_session(tenant.as_ref(), sid).await {
+                tracing::warn!(session = %sid, error = %e, "releasing a deleted session's quota slot failed; it frees itself when its retention ends");
+            }
+        }
         match existed {
             true => Ok(()),
             false => Err(ServiceError::SessionNotFound(sid.clone())),

@@ -16,12 +16,13 @@ use crate::engine::assembly::Prompting;
 use crate::engine::provider::{fixture::Fixture, openai::OpenAi, ModelClient};
 use crate::engine::{Engine, EngineConfig, Timing};
 use crate::http::{self, AppState};
+use crate::limits::Limits;
 use crate::live::Hub;
 use crate::redact::{redact_url, scrub, secrets_in_url};
 use crate::service::Sessions;
 use crate::store::{
-    EventLog, FileKeys, KeyStore, LiveBus, MemoryLeases, MemoryLog, RedisLeases, RedisLog,
-    TurnLeases,
+    EventLog, FileKeys, KeyStore, LimitStore, LiveBus, MemoryLeases, MemoryLimits, MemoryLog,
+    RedisLeases, RedisLimits, RedisLog, TurnLeases,
 };
 
 /// The stores a replica needs.
@@ -32,6 +33,8 @@ pub struct Stores {
     pub leases: Arc<dyn TurnLeases>,
     /// API keys and token signing secrets.
     pub keys: Arc<dyn KeyStore>,
+    /// Request rates and tenant quotas, shared by every replica.
+    pub limits: Arc<dyn LimitStore>,
 }
 
 pub struct Application {
@@ -66,12 +69,14 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 _ => {}
             }
             let leases = Arc::new(RedisLeases::new(&log));
+            let limits = Arc::new(RedisLimits::new(&log));
             let log = Arc::new(log);
             Stores {
                 log: log.clone(),
                 live: log.clone(),
                 leases,
-                keys: log,
+                keys: log.clone(),
+                limits,
             }
         }
         None => {
@@ -84,6 +89,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 live: log,
                 leases: Arc::new(MemoryLeases::default()),
                 keys: Arc::new(FileKeys::new(settings.keys_file.clone().map(Into::into))),
+                limits: Arc::new(MemoryLimits::default()),
             }
         }
     })
@@ -190,7 +196,8 @@ impl Application {
             Prompting::workspace_instructions(settings.workspace.as_deref()),
         );
         let provider = open_provider(&settings, policy)?;
-        let sessions = Arc::new(Sessions::new(stores.log.clone()));
+        let limits = Limits::new(stores.limits.clone(), &settings);
+        let sessions = Arc::new(Sessions::new(stores.log.clone()).with_limits(limits.clone()));
         let engine = Engine::new(
             sessions.clone(),
             stores.live.clone(),
@@ -202,6 +209,7 @@ impl Application {
                 replica: replica_id.clone(),
                 timing: Timing::default(),
                 max_steps: settings.max_steps,
+                limits: limits.clone(),
             },
         );
         engine.start();
@@ -223,7 +231,7 @@ impl Application {
             max_agents: settings.max_agents.max(1),
             auth,
             requests: Default::default(),
-            retention: settings.retention,
+            limits,
         });
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::composition::Composition;
 use crate::domain::turn::{Prompted, TurnRules};
 use crate::domain::{AgentId, DomainError, NewEvent, SessionId, SessionState};
+use crate::limits::Limits;
 use crate::service::{Decided, ServiceError, Sessions};
 use crate::store::{LiveBus, StoreError, TurnLeases};
 
@@ -79,6 +80,8 @@ pub struct Engine {
     stopping: tokio::sync::watch::Sender<bool>,
     /// The runtime turn runners live on (not an HTTP worker's), so they outlive requests.
     runtime: tokio::runtime::Handle,
+    /// Running turns and provider calls count against their session's tenant.
+    limits: Arc<Limits>,
 }
 
 /// Why a turn runner stopped without an error.
@@ -111,6 +114,8 @@ pub struct EngineConfig {
     pub replica: String,
     pub timing: Timing,
     pub max_steps: u32,
+    /// The tenants' quotas on running turns and provider calls.
+    pub limits: Arc<Limits>,
 }
 
 impl Engine {
@@ -142,6 +147,7 @@ impl Engine {
             running: Mutex::new(HashSet::new()),
             stopping: tokio::sync::watch::channel(false).0,
             runtime: tokio::runtime::Handle::current(),
+            limits: config.limits,
         })
     }
 
@@ -203,18 +209,43 @@ impl Engine {
             agent: agent.clone(),
             turn,
         };
+        let opens = |s: &SessionState| {
+            decide(s, &t.turn)
+                .ok()
+                .and_then(|(v, _)| opened(&v).map(|p| !p.steered && p.turn == t.turn))
+                .unwrap_or(false)
+        };
+        // A decision that would open a turn counts against the tenant's running turns first:
+        // over the quota, nothing is appended. Steering a running turn is never refused.
+        let state = self.sessions.state(sid).await?;
+        let tenant = state.terms.tenant.clone();
+        let admitted = opens(&state);
+        if admitted {
+            self.limits.admit_turn(tenant.as_ref(), &t.member()).await?;
+        }
         // The lease exists before the turn does: a crash right after the commit leaves a lease
         // that expires and gets adopted, never an open turn nobody will run.
-        self.leases
+        let leased = self
+            .leases
             .acquire(&t.member(), &self.owner, self.ttl_ms())
-            .await?;
-        let decided = self.sessions.decide(sid, |s| decide(s, &t.turn)).await;
+            .await;
+        let decided = match leased {
+            Ok(_) => self.sessions.decide(sid, |s| decide(s, &t.turn)).await,
+            Err(e) => Err(e.into()),
+        };
         let started = decided
             .as_ref()
             .ok()
             .and_then(|d| opened(&d.value))
             .is_some_and(|p| !p.steered && p.turn == t.turn);
+        if admitted && !started {
+            if let Err(e) = self.limits.end_turn(tenant.as_ref(), &t.member()).await {
+                tracing::warn!(error = %e, "releasing an unopened turn's quota failed; it expires");
+            }
+        }
         match &decided {
+            // Its runner keeps it counted (also when it opened without an admission: the
+            // agent looked busy, then its turn ended just before this one opened).
             _ if started => self.spawn_turn(t),
             // An outage may have hidden a commit: keep the lease, so if a turn did open, the
             // sweeper adopts it when the lease expires (and releases it if none did).

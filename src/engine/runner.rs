@@ -11,15 +11,19 @@ use std::sync::Arc;
 
 use super::assembly::ModelRequest;
 use super::deltas::Delta;
-use super::provider::Completion;
+use super::provider::{Completion, ProviderError};
 use super::{Engine, Exit, TurnRef, TurnStop};
 use crate::domain::turn::StepRequest;
-use crate::domain::{Next, SessionState};
+use crate::domain::{Next, SessionState, TenantId};
+use crate::limits::LimitError;
 
 impl Engine {
     pub(super) async fn run_turn(&self, t: &TurnRef, lost: &AtomicBool) -> Result<Exit, TurnStop> {
         let stopping = self.stopping.subscribe();
         let mut state = self.sessions.state(&t.sid).await?;
+        let tenant = state.terms.tenant.clone();
+        // Counted against the tenant's running turns while this runner works on it.
+        let mut hold = None;
         loop {
             if lost.load(Ordering::SeqCst) {
                 return Err(TurnStop::LeaseLost);
@@ -28,7 +32,11 @@ impl Engine {
                 return Err(TurnStop::Stopping);
             }
             let (rules, agent, turn) = (self.rules, &t.agent, t.turn.as_str());
-            state = match state.next(agent, turn, rules) {
+            let next = state.next(agent, turn, rules);
+            if hold.is_none() && !matches!(next, Next::Closed | Next::Wait) {
+                hold = Some(self.limits.hold_turn(tenant.clone(), t.member()));
+            }
+            state = match next {
                 Next::Closed => return Ok(Exit::Closed),
                 Next::Wait => return Ok(Exit::Waiting),
                 Next::End { .. } => {
@@ -52,7 +60,10 @@ impl Engine {
                     });
                     let d = d.await?;
                     match d.value {
-                        Some(request) => self.run_step(t, (step, 1), request, lost).await?,
+                        Some(request) => {
+                            let at = (step, 1);
+                            self.run_step(t, at, request, tenant.as_ref(), lost).await?
+                        }
                         None => d.state,
                     }
                 }
@@ -65,7 +76,10 @@ impl Engine {
                     });
                     let d = d.await?;
                     match d.value {
-                        Some(request) => self.run_step(t, (step, attempt), request, lost).await?,
+                        Some(request) => {
+                            let at = (step, attempt);
+                            self.run_step(t, at, request, tenant.as_ref(), lost).await?
+                        }
                         None => d.state,
                     }
                 }
@@ -81,6 +95,7 @@ impl Engine {
         t: &TurnRef,
         at: (u32, u32),
         request: StepRequest,
+        tenant: Option<&TenantId>,
         lost: &AtomicBool,
     ) -> Result<Arc<SessionState>, TurnStop> {
         let (agent, turn) = (&t.agent, t.turn.as_str());
@@ -105,7 +120,12 @@ impl Engine {
             };
             self.deltas.send(&t.sid, agent, &delta)
         };
-        let call = self.provider.complete(&request, &on_delta);
+        // Waiting for the tenant's provider-call window is part of the call: a cancel, a
+        // lost lease or a stopping replica ends the wait like it ends a request in flight.
+        let call = async {
+            self.provider_slot(tenant, turn).await?;
+            self.provider.complete(&request, &on_delta).await
+        };
         tokio::pin!(call);
         let mut stopping = self.stopping.subscribe();
         let start = tokio::time::Instant::now() + self.timing.poll_every;
@@ -147,5 +167,39 @@ impl Engine {
             }
         };
         Ok(decided.state)
+    }
+}
+
+/// The longest a step waits for its tenant's provider-call quota before it fails.
+const QUOTA_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Engine {
+    /// Counts this step's provider call in its tenant's window, waiting (asleep) for the
+    /// window to roll over while it is full — at most [`QUOTA_WAIT`], then the step fails.
+    /// If the limits cannot be read, the call goes ahead: an outage of the count must not
+    /// stop every turn.
+    async fn provider_slot(
+        &self,
+        tenant: Option<&TenantId>,
+        turn: &str,
+    ) -> Result<(), ProviderError> {
+        let deadline = tokio::time::Instant::now() + QUOTA_WAIT;
+        loop {
+            match self.limits.admit_provider_call(tenant).await {
+                Ok(()) => return Ok(()),
+                Err(LimitError::Quota(q)) => {
+                    let wait = q.retry_after.unwrap_or(std::time::Duration::from_secs(1));
+                    if tokio::time::Instant::now() + wait > deadline {
+                        return Err(ProviderError::Fatal(q.detail()));
+                    }
+                    tracing::info!(%turn, wait_ms = wait.as_millis() as u64, tenant = %q.tenant, "provider-call quota used up; the step waits for the next window");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(LimitError::Store(e)) => {
+                    tracing::warn!(%turn, error = %e, "the provider-call quota could not be checked; calling anyway");
+                    return Ok(());
+                }
+            }
+        }
     }
 }

@@ -6,25 +6,26 @@
 //! token may also come as `?access_token=` (an `EventSource` cannot set headers). Neither is
 //! ever logged.
 
-use actix_web::body::MessageBody;
+use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{http::header, web, FromRequest, HttpMessage, HttpRequest};
 
-use super::{ApiError, AppState, Code};
+use super::{rate_limit, ApiError, AppState, Code};
 use crate::auth::{Action, Caller, Denied};
 use crate::domain::{AgentId, SessionId};
 
 /// Routes under this prefix need a credential (when auth is on); the rest are public.
 const GUARDED: &str = "/v1/sessions";
 
-/// Authenticates a request to a session route and records its caller.
+/// Authenticates a request to a session route, records its caller, and spends one request
+/// of its key's rate (429 past it; `RateLimit` headers on every answer to a key).
 pub async fn authenticate(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     if !req.path().starts_with(GUARDED) || req.method() == actix_web::http::Method::OPTIONS {
-        return next.call(req).await;
+        return Ok(next.call(req).await?.map_into_boxed_body());
     }
     let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
         return Err(ApiError::new(Code::Internal, "the server is not configured").into());
@@ -37,8 +38,24 @@ pub async fn authenticate(
         .map_err(crate::service::ServiceError::from)
         .map_err(ApiError::from)?
         .map_err(|d| denied(d, None))?;
+    let decision = match caller.rate_key() {
+        Some((key, rate)) => match state.limits.check_rate(key, rate).await {
+            Ok(d) => Some(d),
+            // A full Redis cannot record the spend; reads must keep working (writes get 507).
+            Err(crate::store::StoreError::Full(_)) => None,
+            Err(e) => return Err(ApiError::from(crate::service::ServiceError::from(e)).into()),
+        },
+        None => None,
+    };
+    if let Some(d) = decision.as_ref().filter(|d| !d.allowed) {
+        return Ok(req.into_response(rate_limit::refused_response(d)));
+    }
     req.extensions_mut().insert(caller);
-    next.call(req).await
+    let mut res = next.call(req).await?.map_into_boxed_body();
+    if let Some(d) = &decision {
+        rate_limit::insert(res.headers_mut(), d);
+    }
+    Ok(res)
 }
 
 /// The presented credential: the bearer header, or `access_token` on the events route.

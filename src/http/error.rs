@@ -190,6 +190,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::InvalidForkPoint(_) => {
                 ApiError::new(Code::InvalidForkPoint, e.to_string())
             }
+            ServiceError::Quota(q) => q.into(),
             ServiceError::Provider(p) => ApiError::opaque(
                 Code::ProviderFailed,
                 "the model provider failed; retry shortly",

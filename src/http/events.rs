@@ -22,6 +22,7 @@ use utoipa::IntoParams;
 
 use super::{session_id, ApiError, Code, Problem, State};
 use crate::domain::{EventId, PlanView, SessionId};
+use crate::limits::StreamPermit;
 use crate::live::{Item, LiveStream};
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -136,6 +137,8 @@ struct Sse {
     heartbeat: tokio::time::Interval,
     shutdown: tokio::sync::watch::Receiver<bool>,
     done: bool,
+    /// This stream's place in its tenant's `max_streams`, released when the stream is dropped.
+    _permit: StreamPermit,
 }
 
 impl Sse {
@@ -238,6 +241,10 @@ pub async fn events(
             ),
         ));
     }
+    let permit = state
+        .limits
+        .admit_stream(head.terms.tenant.as_ref())
+        .await?;
     let live = LiveStream::open(
         &state.hub,
         &sid,
@@ -262,6 +269,7 @@ pub async fn events(
         heartbeat: tokio::time::interval_at(Instant::now() + heartbeat, heartbeat),
         shutdown: state.shutdown.clone(),
         done: false,
+        _permit: permit,
     };
     let retry = futures_util::stream::once(async { Ok(Bytes::from_static(b"retry: 2000\n\n")) });
     let body = retry.chain(futures_util::stream::unfold(sse, |mut sse| async move {

@@ -23,6 +23,7 @@ pub mod guard;
 mod metrics;
 mod plan;
 mod questions;
+pub mod rate_limit;
 mod sessions;
 mod system;
 mod tokens;
@@ -51,21 +52,25 @@ pub struct AppState {
     pub auth: Arc<crate::auth::Auth>,
     /// Responses and latencies for `/metrics`.
     pub requests: metrics::RequestMetrics,
-    /// How long an idle session is kept after its last write (`DSH_RETENTION`); zero: until
-    /// deleted.
-    pub retention: std::time::Duration,
+    /// Request rates per API key and quotas per tenant (see [`crate::limits`]).
+    pub limits: Arc<crate::limits::Limits>,
 }
 
 pub type State = web::Data<AppState>;
 
 impl AppState {
-    /// The terms a new session of `tenant` is created under: the one place that chooses its
-    /// retention (today the server's; a tenant's own setting goes here).
-    pub fn session_terms(&self, tenant: Option<TenantId>) -> SessionTerms {
-        SessionTerms {
+    /// The terms a new session of `tenant` is created under: its retention is the tenant's own
+    /// (`dsh-plan tenants set --retention`) or the server's `DSH_RETENTION`.
+    pub async fn session_terms(&self, tenant: Option<TenantId>) -> Result<SessionTerms, ApiError> {
+        let limits = self
+            .limits
+            .tenant_limits(tenant.as_ref())
+            .await
+            .map_err(crate::service::ServiceError::from)?;
+        Ok(SessionTerms {
             tenant,
-            retention_ms: u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX),
-        }
+            retention_ms: u64::try_from(limits.retention.as_millis()).unwrap_or(u64::MAX),
+        })
     }
 
     /// 404 `feature-disabled` unless plan mode is composed.

@@ -35,7 +35,7 @@ pub async fn create_session(
 ) -> Result<HttpResponse, ApiError> {
     let OptionalJson(CreateSession {}) = body;
     state.require_key(&caller)?;
-    let terms = state.session_terms(caller.tenant().cloned());
+    let terms = state.session_terms(caller.tenant().cloned()).await?;
     let (sid, session) = state.sessions.create(None, None, terms).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/sessions/{sid}")))

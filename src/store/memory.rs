@@ -19,6 +19,8 @@ use crate::domain::{NewEvent, Recorded, SessionId};
 
 /// Expired sessions one lookup removes at most, so no request pays for a big sweep.
 const PURGE_BATCH: usize = 16;
+mod limits;
+pub use self::limits::MemoryLimits;
 
 /// One session's log: dense seqs from `first`.
 #[derive(Default)]

@@ -17,14 +17,16 @@ use crate::domain::{AgentId, NewEvent, Recorded, SessionId};
 mod capacity;
 mod entries;
 pub mod keys;
+pub mod limits;
 pub mod memory;
 pub mod redis;
 mod redis_keys;
 mod wire;
 
 pub use self::keys::{FileKeys, KeyRecord, KeyStore};
-pub use self::memory::{MemoryLeases, MemoryLog};
-pub use self::redis::{RedisLeases, RedisLog};
+pub use self::limits::{Admission, Bucket, CountedSet, LimitStore, TenantOverrides};
+pub use self::memory::{MemoryLeases, MemoryLimits, MemoryLog};
+pub use self::redis::{RedisLeases, RedisLimits, RedisLog};
 
 /// How many missed events a conflict reply carries at most; the caller reads the rest.
 pub const CONFLICT_BATCH: usize = 512;

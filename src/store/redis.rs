@@ -1,5 +1,6 @@
-//! The Redis Streams log. Every Redis command the service sends is in this file (and, for
-//! memory pressure, in `capacity.rs`).
+//! The Redis Streams log. Every Redis command the service sends is in this file, or in its
+//! children: `capacity.rs` (memory pressure), `limits.rs` (rate buckets and tenant quotas) and
+//! `redis_keys.rs` (API keys).
 //!
 //! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
@@ -23,6 +24,9 @@ use super::{
 };
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, Recorded, SessionId};
+
+mod limits;
+pub use self::limits::RedisLimits;
 
 /// Redis answers a command within this or the request fails with 503.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -77,6 +81,15 @@ impl RedisLog {
 
     pub(super) fn failed(&self, e: redis::RedisError) -> super::StoreError {
         self.pressure.error(e)
+    }
+}
+
+/// A Redis error as the store reports it: out of memory is `Full`, anything else an outage.
+pub(super) fn unavailable(e: redis::RedisError) -> super::StoreError {
+    if capacity::is_oom(&e) {
+        super::StoreError::Full(e.to_string())
+    } else {
+        super::StoreError::Unavailable(e.to_string())
     }
 }
 

@@ -445,3 +445,68 @@ async fn an_event_stream_opened_with_a_token_ends_when_the_token_expires() {
         .await;
     again.assert_problem(401, "token-expired");
 }
+
+#[tokio::test]
+async fn a_keys_request_rate_holds_in_total_across_two_replicas_with_ratelimit_headers() {
+    let redis = TestRedis::start().await;
+    let rate = 20;
+    let (_, key) = key_for(&redis, "acme", Some(rate)).await;
+    let r1 = secured(&redis, "r1").await;
+    let r2 = secured(&redis, "r2").await;
+    let sid = r1.as_caller(&key).create_session().await;
+    let run = std::time::Duration::from_secs(2);
+    let start = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for app in [&r1, &r2] {
+        for _ in 0..3 {
+            let (client, url) = (
+                app.as_caller(&key).client.clone(),
+                app.url(&format!("/v1/sessions/{sid}/agents/main/plan")),
+            );
+            tasks.push(tokio::spawn(async move {
+                let (mut ok, mut refused) = (0u64, 0u64);
+                while start.elapsed() < run {
+                    let res = client.get(&url).send().await.unwrap();
+                    let h = |n: &str| res.headers().get(n).map(|v| v.to_str().unwrap().to_owned());
+                    assert_eq!(
+                        h("ratelimit-policy").as_deref(),
+                        Some(format!("\"default\";q={rate};w=1").as_str())
+                    );
+                    assert!(h("ratelimit").unwrap().starts_with("\"default\";r="));
+                    match res.status().as_u16() {
+                        200 => ok += 1,
+                        429 => {
+                            let secs: u64 = h("retry-after").unwrap().parse().unwrap();
+                            assert!(secs >= 1);
+                            let body: Value = res.json().await.unwrap();
+                            assert_eq!(body["code"], "rate-limited");
+                            refused += 1;
+                            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                        }
+                        other => panic!("unexpected {other}"),
+                    }
+                }
+                (ok, refused)
+            }));
+        }
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for t in tasks {
+        let (o, r) = t.await.unwrap();
+        ok += o;
+        refused += r;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let ceiling = f64::from(rate) * elapsed + f64::from(rate);
+    assert!(
+        (ok as f64) <= ceiling,
+        "{ok} allowed in {elapsed:.2}s > {ceiling}"
+    );
+    assert!(
+        (ok as f64) >= 0.7 * f64::from(rate) * elapsed,
+        "{ok} allowed: the limit starved"
+    );
+    assert!(refused > 0, "the hammering went past the limit");
+    // Open routes are not counted.
+    assert_eq!(r1.get("/v1/status").await.status, 200);
+}

@@ -325,6 +325,7 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
     let redis = TestRedis::start().await;
     let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
     let leases = Arc::new(RedisLeases::new(&log));
+    let limits = Arc::new(dsh_plan::store::RedisLimits::new(&log));
     let log = Arc::new(log);
     let counting = Arc::new(crate::counting::CountingLog {
         inner: log.clone(),
@@ -335,6 +336,7 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
         live: log.clone(),
         leases,
         keys: log.clone(),
+        limits,
     };
     let mut settings = dsh_plan::config::Settings::local(Some(redis.url.clone()));
     settings.key_prefix = redis.prefix.clone();

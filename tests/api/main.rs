@@ -19,6 +19,8 @@ mod mock_provider;
 mod modes;
 mod openapi;
 mod plan;
+mod quotas;
+mod rate_limits;
 mod redaction;
 mod replicas;
 mod retention;

@@ -1,0 +1,194 @@
+//! Limits for the embedded in-memory store: the same buckets, counted sets and windows as the
+//! Redis scripts, under one lock, so a single process has the same limits as a Redis fleet.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use futures_util::future::BoxFuture;
+
+use super::super::limits::{
+    gcra, Admission, Bucket, CountedSet, LimitStore, Refresh, TenantOverrides,
+};
+use super::super::{now_ms, StoreResult};
+
+/// A member that never expires (retention 0), as `admit.lua` scores it.
+const NEVER: u64 = 1_000_000_000_000_000;
+/// Expired members dropped per admission, as `admit.lua` does.
+const CLEANUP: usize = 32;
+
+#[derive(Default)]
+struct State {
+    /// Key id → theoretical arrival time of its next request (µs).
+    buckets: HashMap<String, f64>,
+    /// (tenant, set) → member → expiry (ms).
+    sets: HashMap<(String, CountedSet), HashMap<String, u64>>,
+    /// Tenant → (calls this window, when the window ends in ms).
+    windows: HashMap<String, (u64, u64)>,
+    overrides: HashMap<String, TenantOverrides>,
+}
+
+#[derive(Default)]
+pub struct MemoryLimits {
+    state: Mutex<State>,
+}
+
+impl MemoryLimits {
+    fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut State, u64) -> T,
+    ) -> BoxFuture<'_, StoreResult<T>> {
+        let out = f(
+            &mut self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            now_ms(),
+        );
+        Box::pin(async move { Ok(out) })
+    }
+}
+
+fn now_us() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as f64)
+        .unwrap_or(0.0)
+}
+
+impl LimitStore for MemoryLimits {
+    fn take(&self, key_id: &str, rate: u32, n: u32) -> BoxFuture<'_, StoreResult<Bucket>> {
+        let key_id = key_id.to_owned();
+        self.with(move |s, _| {
+            let now = now_us();
+            let tat = s.buckets.get(&key_id).copied().unwrap_or(0.0);
+            let (tat, bucket) = gcra(tat, now, rate, n);
+            if tat <= now {
+                s.buckets.remove(&key_id);
+            } else {
+                s.buckets.insert(key_id, tat);
+            }
+            // Forget full buckets now and then, as Redis expires them.
+            if s.buckets.len() > 100_000 {
+                s.buckets.retain(|_, tat| *tat > now);
+            }
+            bucket
+        })
+    }
+
+    fn admit<'a>(
+        &'a self,
+        tenant: &'a str,
+        set: CountedSet,
+        member: &'a str,
+        ttl_ms: u64,
+        max: u64,
+    ) -> BoxFuture<'a, StoreResult<Admission>> {
+        self.with(move |s, now| {
+            let members = s.sets.entry((tenant.to_owned(), set)).or_default();
+            let stale: Vec<String> = members
+                .iter()
+                .filter(|(_, e)| **e < now)
+                .map(|(m, _)| m.clone())
+                .take(CLEANUP)
+                .collect();
+            for m in stale {
+                members.remove(&m);
+            }
+            let expiry = if ttl_ms > 0 { now + ttl_ms } else { NEVER };
+            if members.get(member).is_some_and(|e| *e >= now) {
+                members.insert(member.to_owned(), expiry);
+                return Admission::Admitted;
+            }
+            let live: Vec<u64> = members.values().copied().filter(|e| *e >= now).collect();
+            if live.len() as u64 >= max {
+                let soonest = live.iter().min().copied().filter(|e| *e < NEVER);
+                return Admission::Full {
+                    live: live.len() as u64,
+                    retry_after_ms: soonest.map_or(0, |e| e - now),
+                };
+            }
+            members.insert(member.to_owned(), expiry);
+            Admission::Admitted
+        })
+    }
+
+    fn refresh<'a>(
+        &'a self,
+        members: &'a [Refresh],
+        ttl_ms: u64,
+    ) -> BoxFuture<'a, StoreResult<()>> {
+        self.with(move |s, now| {
+            for (tenant, set, member) in members {
+                s.sets
+                    .entry((tenant.clone(), *set))
+                    .or_default()
+                    .insert(member.clone(), now + ttl_ms);
+            }
+        })
+    }
+
+    fn touch<'a>(
+        &'a self,
+        tenant: &'a str,
+        member: &'a str,
+        ttl_ms: u64,
+    ) -> BoxFuture<'a, StoreResult<()>> {
+        self.with(move |s, now| {
+            let key = (tenant.to_owned(), CountedSet::Sessions);
+            if let Some(expiry) = s.sets.get_mut(&key).and_then(|m| m.get_mut(member)) {
+                *expiry = now + ttl_ms;
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        tenant: &'a str,
+        set: CountedSet,
+        member: &'a str,
+    ) -> BoxFuture<'a, StoreResult<()>> {
+        self.with(move |s, _| {
+            if let Some(members) = s.sets.get_mut(&(tenant.to_owned(), set)) {
+                members.remove(member);
+            }
+        })
+    }
+
+    fn count_call<'a>(
+        &'a self,
+        tenant: &'a str,
+        window_ms: u64,
+        max: u64,
+    ) -> BoxFuture<'a, StoreResult<Admission>> {
+        self.with(move |s, now| {
+            let window = s.windows.entry(tenant.to_owned()).or_insert((0, 0));
+            if window.1 <= now {
+                *window = (0, now + window_ms.max(1));
+            }
+            if window.0 >= max {
+                return Admission::Full {
+                    live: window.0,
+                    retry_after_ms: window.1 - now,
+                };
+            }
+            window.0 += 1;
+            Admission::Admitted
+        })
+    }
+
+    fn overrides<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<TenantOverrides>> {
+        self.with(move |s, _| s.overrides.get(tenant).cloned().unwrap_or_default())
+    }
+
+    fn set_overrides<'a>(
+        &'a self,
+        tenant: &'a str,
+        overrides: &'a TenantOverrides,
+    ) -> BoxFuture<'a, StoreResult<()>> {
+        self.with(move |s, _| {
+            let stored = s.overrides.entry(tenant.to_owned()).or_default();
+            for (field, value) in overrides.fields() {
+                if let Some(v) = value {
+                    stored.set(field, v);
+                }
+            }
+        })
+    }
+}
