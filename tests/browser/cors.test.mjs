@@ -4,6 +4,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -30,6 +31,7 @@ async function serveFrontend() {
 let allowed;
 let other;
 let stack;
+let apiKey;
 let browser;
 let page;
 const consoleErrors = [];
@@ -37,7 +39,13 @@ const consoleErrors = [];
 before(async () => {
   allowed = await serveFrontend();
   other = await serveFrontend();
-  stack = await startStack({ tokenDelayMs: 20, env: { DSH_CORS_ORIGINS: allowed.origin } });
+  // Credentials on: the integrator's backend holds an API key, its frontend only tokens.
+  stack = await startStack({ tokenDelayMs: 20, env: { DSH_CORS_ORIGINS: allowed.origin, DSH_AUTH: "keys" } });
+  const created = execFileSync(stack.bin, ["keys", "create", "--tenant", "web-test"], {
+    env: { ...process.env, REDIS_URL: stack.redisUrl, RUST_LOG: "warn" },
+  }).toString();
+  apiKey = created.trim().split("\n").pop();
+  assert.match(apiKey, /^dsh_/);
   ({ browser, page } = await launchBrowser());
   page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
 });
@@ -48,11 +56,12 @@ after(async () => {
   other?.close();
 });
 
-/** A request of the integrator's backend (which will send its API key once auth lands). */
-async function backend(method, path, body) {
-  const res = await fetch(stack.base + path, {
+/** A request of the integrator's backend, with its API key. */
+async function backend(method, path, body, on = stack, key = apiKey) {
+  const auth = key ? { authorization: `Bearer ${key}` } : {};
+  const res = await fetch(on.base + path, {
     method,
-    headers: method === "GET" ? {} : { "content-type": "application/json" },
+    headers: method === "GET" ? auth : { ...auth, "content-type": "application/json" },
     body: method === "GET" ? undefined : JSON.stringify(body ?? {}),
   });
   assert.ok(res.ok, `${method} ${path}: ${res.status}`);
@@ -65,26 +74,31 @@ async function backendCreatesSession() {
 }
 
 /**
- * The integrator's backend mints a browser token for `sid` with these actions and hands it to
- * its frontend. Open mode (no keys) needs none: null. Once auth lands: `POST
- * /v1/sessions/{sid}/tokens` with the tenant's API key, returning `token`.
+ * The integrator's backend mints a browser token for `sid` with these actions (its API key never
+ * leaves the backend) and hands it to its frontend.
  */
-async function mintToken(_stack, _sid, _actions) {
-  return null;
+async function mintToken(sid, scopes) {
+  const minted = await backend("POST", `/v1/sessions/${sid}/tokens`, { scopes, subject: "browser-user" });
+  assert.match(minted.expires_at, /Z$/);
+  return minted.token;
 }
 
-function frontendUrl(origin, sid, token) {
-  const q = new URLSearchParams({ api: stack.base, session: sid });
+function frontendUrl(origin, sid, token, on = stack) {
+  const q = new URLSearchParams({ api: on.base, session: sid });
   if (token) q.set("token", token);
   return `${origin}/?${q}`;
 }
 
 test("a frontend on an allowed origin drives plan mode, the review and Approve over fetch and EventSource", async () => {
   const sid = await backendCreatesSession();
-  const token = await mintToken(stack, sid, ["read", "plan", "prompt", "answer"]);
+  const token = await mintToken(sid, ["read", "plan", "prompt", "answer"]);
   await page.goto(frontendUrl(allowed.origin, sid, token));
   const result = await page.evaluate(() => window.planFlow());
   assert.equal(result.sid, sid);
+  // The approval is recorded as the token's subject's.
+  const log = await backend("GET", `/v1/sessions/${sid}/log?limit=1000`);
+  const answered = log.events.find((e) => e.type === "question/answered");
+  assert.equal(answered.data.by, "token:browser-user");
   assert.equal(result.outcome, "committed");
   assert.match(result.plan, /fix the login bug/);
   assert.equal(result.answered, "answered");
@@ -94,18 +108,35 @@ test("a frontend on an allowed origin drives plan mode, the review and Approve o
   assert.deepEqual(consoleErrors, [], "no CORS or other errors in the console");
 });
 
-test("a frontend on an allowed origin creates its own session in open mode", async (t) => {
+test("a frontend on an allowed origin creates its own session on an open server (no keys)", async () => {
+  const open = await startStack({ tokenDelayMs: 20, env: { DSH_CORS_ORIGINS: allowed.origin } });
+  try {
+    await page.goto(`${allowed.origin}/?${new URLSearchParams({ api: open.base })}`);
+    const result = await page.evaluate(() => window.planFlow());
+    assert.match(result.sid, /^[0-9a-f]{32}$/);
+    assert.equal(result.result, "Plan approved. Starting work.");
+  } finally {
+    open.stop();
+  }
+});
+
+test("a frontend without a token, or with one for another session, is refused on an allowed origin", async () => {
   const sid = await backendCreatesSession();
-  if (await mintToken(stack, sid, ["read"])) return t.skip("with auth on, only the backend creates sessions");
-  await page.goto(`${allowed.origin}/?${new URLSearchParams({ api: stack.base })}`);
-  const result = await page.evaluate(() => window.planFlow());
-  assert.notEqual(result.sid, sid);
-  assert.equal(result.result, "Plan approved. Starting work.");
+  const elsewhere = await mintToken(await backendCreatesSession(), ["read", "plan", "prompt", "answer"]);
+  for (const token of [null, elsewhere]) {
+    await page.goto(frontendUrl(allowed.origin, sid, token));
+    const status = await page.evaluate(async ({ api, sid, token }) => {
+      const headers = token ? { authorization: `Bearer ${token}` } : {};
+      const res = await fetch(`${api}/v1/sessions/${sid}`, { headers });
+      return [res.status, (await res.json()).code];
+    }, { api: stack.base, sid, token });
+    assert.deepEqual(status, token ? [404, "session-not-found"] : [401, "unauthorized"]);
+  }
 });
 
 test("a frontend on an origin the API does not allow can neither read, write nor stream", async () => {
   const sid = await backendCreatesSession();
-  const token = await mintToken(stack, sid, ["read", "plan", "prompt", "answer"]);
+  const token = await mintToken(sid, ["read", "plan", "prompt", "answer"]);
   await page.goto(frontendUrl(other.origin, sid, token));
   const result = await page.evaluate(() => window.refused());
   assert.deepEqual(result, {

@@ -58,7 +58,7 @@ export async function startStack({ manifest, tokenDelayMs = 250, env: extra = {}
   procs.push(server);
   const base = `http://127.0.0.1:${port}`;
   await waitFor(`${base}/readyz`);
-  return { base, server, stop: () => procs.forEach((p) => p.kill("SIGKILL")) };
+  return { base, server, redisUrl: env.REDIS_URL, bin, stop: () => procs.forEach((p) => p.kill("SIGKILL")) };
 }
 
 export async function launchBrowser(locale = "en-US") {
