@@ -171,6 +171,9 @@ pub struct Auth {
     signer: Signer,
     default_rate: u32,
     keys: quick_cache::sync::Cache<String, Cached>,
+    /// Tokens whose signature this replica already checked (a browser repeats its token on
+    /// every request): their claims, so a hit costs a lookup and an expiry check.
+    verified: quick_cache::sync::Cache<String, Arc<Claims>>,
     /// Whether any key exists, and when that was read (for `auto`).
     any: std::sync::Mutex<Option<(bool, Instant)>>,
 }
@@ -188,6 +191,7 @@ impl Auth {
             signer,
             default_rate: default_rate.max(1),
             keys: quick_cache::sync::Cache::new(10_000),
+            verified: quick_cache::sync::Cache::new(10_000),
             any: std::sync::Mutex::new(None),
         }
     }
@@ -249,20 +253,28 @@ impl Auth {
                 )),
             });
         }
-        let claims = match self.signer.verify(presented) {
-            Ok(c) => c,
-            Err(tokens::TokenError::Expired) => return Ok(Err(Denied::Expired)),
-            Err(tokens::TokenError::Invalid) => {
-                return Ok(Err(Denied::Unauthenticated(
-                    "the credential is neither a valid API key nor a valid token",
-                )))
-            }
+        let claims = match self.verified.get(presented) {
+            Some(c) if c.exp > jsonwebtoken::get_current_timestamp() => c,
+            Some(_) => return Ok(Err(Denied::Expired)),
+            None => match self.signer.verify(presented) {
+                Ok(c) => {
+                    let c = Arc::new(c);
+                    self.verified.insert(presented.to_owned(), c.clone());
+                    c
+                }
+                Err(tokens::TokenError::Expired) => return Ok(Err(Denied::Expired)),
+                Err(tokens::TokenError::Invalid) => {
+                    return Ok(Err(Denied::Unauthenticated(
+                        "the credential is neither a valid API key nor a valid token",
+                    )))
+                }
+            },
         };
         // A token lives only as long as the key that minted it.
         Ok(match self.key(&claims.key).await? {
             Some(r) if r.revoked_at.is_none() && r.tenant == claims.ten => Ok(Caller::Token {
                 rate: r.rate.unwrap_or(self.default_rate),
-                claims: Arc::new(claims),
+                claims,
             }),
             _ => Err(Denied::Unauthenticated(
                 "the key that minted this token was revoked",
