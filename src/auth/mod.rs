@@ -50,6 +50,13 @@ pub enum Action {
     Manage,
 }
 
+/// The actions by name, so a handler's check reads as one line.
+pub const READ: Action = Action::Scoped(Scope::Read);
+pub const PLAN: Action = Action::Scoped(Scope::Plan);
+pub const PROMPT: Action = Action::Scoped(Scope::Prompt);
+pub const ANSWER: Action = Action::Scoped(Scope::Answer);
+pub const MANAGE: Action = Action::Manage;
+
 /// The authenticated caller of one request.
 #[derive(Clone, Debug)]
 pub enum Caller {

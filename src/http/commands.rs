@@ -1,5 +1,6 @@
 //! Slash commands: the registry for autocomplete, and running one.
 
+use crate::auth::{self, Caller};
 use actix_web::{get, post, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -61,19 +62,12 @@ pub struct CommandRan {
 #[post("/v1/sessions/{sid}/agents/{aid}/commands")]
 pub async fn run_command(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<(String, String)>,
     body: web::Json<RunCommand>,
 ) -> Result<web::Json<CommandRan>, ApiError> {
     let (sid, aid) = ids(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            Some(&aid),
-            crate::auth::Action::Scoped(crate::auth::Scope::Plan),
-        )
-        .await?;
+    state.guard(&caller, &sid, Some(&aid), auth::PLAN).await?;
     let registry = state.commands();
     let (name, args) = parse(&body.input, &registry).map_err(|e| {
         let code = match e {
@@ -84,14 +78,7 @@ pub async fn run_command(
     })?;
     if !args.trim().is_empty() {
         // `/plan <text>` also sends the text as a prompt.
-        state
-            .guard(
-                &caller,
-                &sid,
-                Some(&aid),
-                crate::auth::Action::Scoped(crate::auth::Scope::Prompt),
-            )
-            .await?;
+        state.guard(&caller, &sid, Some(&aid), auth::PROMPT).await?;
     }
     // `plan` is the only command today; the registry guarantees it is composed.
     let result = state

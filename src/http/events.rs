@@ -10,6 +10,7 @@
 //! `max_events` / `max_ms` that end the stream cleanly for load tools, and shutdown, which ends
 //! it so clients reconnect elsewhere.
 
+use crate::auth::{self, Caller};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -192,20 +193,13 @@ impl Sse {
 #[get("/v1/sessions/{sid}/events")]
 pub async fn events(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     req: HttpRequest,
     path: web::Path<String>,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let sid = session_id(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            None,
-            crate::auth::Action::Scoped(crate::auth::Scope::Read),
-        )
-        .await?;
+    state.guard(&caller, &sid, None, auth::READ).await?;
     let header = req
         .headers()
         .get("last-event-id")
@@ -286,8 +280,8 @@ pub async fn events(
 
 /// When a stream opened with a browser token must end: at the token's expiry (the client
 /// reconnects with a fresh token; a stream never outlives its credential).
-fn token_expiry(caller: &crate::auth::Caller) -> Option<Instant> {
-    let crate::auth::Caller::Token { claims, .. } = caller else {
+fn token_expiry(caller: &Caller) -> Option<Instant> {
+    let Caller::Token { claims, .. } = caller else {
         return None;
     };
     let now = jsonwebtoken::get_current_timestamp();

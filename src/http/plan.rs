@@ -1,5 +1,6 @@
 //! Plan mode over HTTP: read and set an agent's plan state, and the plan projection.
 
+use crate::auth::{self, Caller};
 use std::collections::BTreeMap;
 
 use actix_web::{get, put, web};
@@ -25,19 +26,12 @@ use crate::service::ServiceError;
 #[get("/v1/sessions/{sid}/agents/{aid}/plan")]
 pub async fn get_plan(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<PlanView>, ApiError> {
     state.require_plan_mode()?;
     let (sid, aid) = ids(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            Some(&aid),
-            crate::auth::Action::Scoped(crate::auth::Scope::Read),
-        )
-        .await?;
+    state.guard(&caller, &sid, Some(&aid), auth::READ).await?;
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(
         session.agent(&aid).map_err(ServiceError::from)?.plan.view(),
@@ -79,20 +73,13 @@ pub struct SetPlanResult {
 #[put("/v1/sessions/{sid}/agents/{aid}/plan")]
 pub async fn put_plan(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<(String, String)>,
     body: web::Json<SetPlan>,
 ) -> Result<web::Json<SetPlanResult>, ApiError> {
     state.require_plan_mode()?;
     let (sid, aid) = ids(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            Some(&aid),
-            crate::auth::Action::Scoped(crate::auth::Scope::Plan),
-        )
-        .await?;
+    state.guard(&caller, &sid, Some(&aid), auth::PLAN).await?;
     let target = body.active;
     let done = state
         .sessions
@@ -131,19 +118,12 @@ pub struct PlanProjectionView {
 #[get("/v1/sessions/{sid}/projections/plan")]
 pub async fn plan_projection(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<String>,
 ) -> Result<web::Json<PlanProjectionView>, ApiError> {
     state.require_plan_mode()?;
     let sid = session_id(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            None,
-            crate::auth::Action::Scoped(crate::auth::Scope::Read),
-        )
-        .await?;
+    state.guard(&caller, &sid, None, auth::READ).await?;
     // The projection unit is folded alongside the session: one read past the cached fold.
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(PlanProjectionView {

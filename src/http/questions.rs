@@ -1,6 +1,7 @@
 //! Questions: list, answer (first answer wins), dismiss. An answer resumes the waiting turn
 //! on this replica, whichever replica started it.
 
+use crate::auth::{self, Caller};
 use actix_web::{get, post, web};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
@@ -36,20 +37,13 @@ pub struct QuestionList {
 #[get("/v1/sessions/{sid}/questions")]
 pub async fn list_questions(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<String>,
     query: web::Query<QuestionQuery>,
 ) -> Result<web::Json<QuestionList>, ApiError> {
     state.require_questions()?;
     let sid = session_id(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            None,
-            crate::auth::Action::Scoped(crate::auth::Scope::Read),
-        )
-        .await?;
+    state.guard(&caller, &sid, None, auth::READ).await?;
     let all = match query.state.as_deref() {
         None | Some("open") => false,
         Some("all") => true,
@@ -103,13 +97,13 @@ fn question_ids(path: &(String, String)) -> Result<(SessionId, String), ApiError
 /// Refuses unless the caller may answer `qid` (an agent-scoped token only its agent's).
 async fn guard_question(
     state: &State,
-    caller: &crate::auth::Caller,
+    caller: &Caller,
     sid: &SessionId,
     qid: &str,
 ) -> Result<(), ApiError> {
-    let action = crate::auth::Action::Scoped(crate::auth::Scope::Answer);
+    let action = auth::ANSWER;
     state.guard(caller, sid, None, action).await?;
-    if let crate::auth::Caller::Token { claims, .. } = caller {
+    if let Caller::Token { claims, .. } = caller {
         if claims.agt.is_some() {
             // The agent a question belongs to never changes; an unknown one answers 404 later.
             let session = state.sessions.state(sid).await?;
@@ -146,7 +140,7 @@ fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, 
 #[post("/v1/sessions/{sid}/questions/{qid}/answer")]
 pub async fn answer(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<(String, String)>,
     body: web::Json<AnswerBody>,
 ) -> Result<web::Json<QuestionView>, ApiError> {
@@ -176,7 +170,7 @@ pub async fn answer(
 #[post("/v1/sessions/{sid}/questions/{qid}/dismiss")]
 pub async fn dismiss(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;

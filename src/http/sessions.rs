@@ -1,5 +1,6 @@
 //! Sessions, agents and the raw log.
 
+use crate::auth::{self, Caller};
 use actix_web::{delete, get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -30,7 +31,7 @@ pub struct CreateSession {}
 #[post("/v1/sessions")]
 pub async fn create_session(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     body: OptionalJson<CreateSession>,
 ) -> Result<HttpResponse, ApiError> {
     let OptionalJson(CreateSession {}) = body;
@@ -55,18 +56,11 @@ pub async fn create_session(
 #[get("/v1/sessions/{sid}")]
 pub async fn get_session(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<String>,
 ) -> Result<web::Json<SessionView>, ApiError> {
     let sid = session_id(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            None,
-            crate::auth::Action::Scoped(crate::auth::Scope::Read),
-        )
-        .await?;
+    state.guard(&caller, &sid, None, auth::READ).await?;
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(session.view(&sid)))
 }
@@ -88,13 +82,11 @@ pub async fn get_session(
 #[delete("/v1/sessions/{sid}")]
 pub async fn delete_session(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let sid = session_id(&path)?;
-    state
-        .guard(&caller, &sid, None, crate::auth::Action::Manage)
-        .await?;
+    state.guard(&caller, &sid, None, auth::MANAGE).await?;
     state.sessions.delete(&sid).await?;
     Ok(HttpResponse::NoContent().finish())
 }
@@ -123,14 +115,12 @@ pub struct SpawnAgent {
 #[post("/v1/sessions/{sid}/agents")]
 pub async fn spawn_agent(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<String>,
     body: OptionalJson<SpawnAgent>,
 ) -> Result<HttpResponse, ApiError> {
     let sid = session_id(&path)?;
-    state
-        .guard(&caller, &sid, None, crate::auth::Action::Manage)
-        .await?;
+    state.guard(&caller, &sid, None, auth::MANAGE).await?;
     let owner = body.0.owner;
     let done = state
         .sessions
@@ -161,18 +151,11 @@ pub async fn spawn_agent(
 #[get("/v1/sessions/{sid}/agents/{aid}")]
 pub async fn get_agent(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<AgentView>, ApiError> {
     let (sid, aid) = ids(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            Some(&aid),
-            crate::auth::Action::Scoped(crate::auth::Scope::Read),
-        )
-        .await?;
+    state.guard(&caller, &sid, Some(&aid), auth::READ).await?;
     let session = state.sessions.state(&sid).await?;
     Ok(web::Json(
         session
@@ -217,19 +200,12 @@ pub struct LogPage {
 #[get("/v1/sessions/{sid}/log")]
 pub async fn read_log(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<String>,
     query: web::Query<LogQuery>,
 ) -> Result<web::Json<LogPage>, ApiError> {
     let sid = session_id(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            None,
-            crate::auth::Action::Scoped(crate::auth::Scope::Read),
-        )
-        .await?;
+    state.guard(&caller, &sid, None, auth::READ).await?;
     let after = match &query.after {
         Some(a) => EventId::parse(a).map_err(|e| ApiError::new(Code::InvalidQuery, e))?,
         None => EventId(0),
@@ -279,14 +255,12 @@ pub struct ForkSession {
 #[post("/v1/sessions/{sid}/fork")]
 pub async fn fork_session(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<String>,
     body: OptionalJson<ForkSession>,
 ) -> Result<HttpResponse, ApiError> {
     let sid = session_id(&path)?;
-    state
-        .guard(&caller, &sid, None, crate::auth::Action::Manage)
-        .await?;
+    state.guard(&caller, &sid, None, auth::MANAGE).await?;
     let at = match body.0.at.as_deref() {
         Some(raw) => Some(EventId::parse(raw).map_err(|e| ApiError::new(Code::InvalidBody, e))?),
         None => None,
@@ -311,13 +285,11 @@ pub async fn fork_session(
 #[post("/v1/sessions/{sid}/compact")]
 pub async fn compact_session(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<String>,
 ) -> Result<web::Json<SessionView>, ApiError> {
     let sid = session_id(&path)?;
-    state
-        .guard(&caller, &sid, None, crate::auth::Action::Manage)
-        .await?;
+    state.guard(&caller, &sid, None, auth::MANAGE).await?;
     let session = state.engine.compact(&sid, state.trim_on_compact).await?;
     Ok(web::Json(session.view(&sid)))
 }

@@ -1,5 +1,6 @@
 //! Prompts and cancellation.
 
+use crate::auth::{self, Caller};
 use actix_web::{post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -33,19 +34,12 @@ pub struct PostMessage {
 #[post("/v1/sessions/{sid}/agents/{aid}/messages")]
 pub async fn post_message(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<(String, String)>,
     body: web::Json<PostMessage>,
 ) -> Result<HttpResponse, ApiError> {
     let (sid, aid) = ids(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            Some(&aid),
-            crate::auth::Action::Scoped(crate::auth::Scope::Prompt),
-        )
-        .await?;
+    state.guard(&caller, &sid, Some(&aid), auth::PROMPT).await?;
     let text = body.into_inner().text;
     if text.trim().is_empty() {
         return Err(ApiError::new(Code::InvalidBody, "`text` must not be empty"));
@@ -80,18 +74,11 @@ pub struct Cancelled {
 #[post("/v1/sessions/{sid}/agents/{aid}/cancel")]
 pub async fn cancel(
     state: State,
-    caller: crate::auth::Caller,
+    caller: Caller,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<Cancelled>, ApiError> {
     let (sid, aid) = ids(&path)?;
-    state
-        .guard(
-            &caller,
-            &sid,
-            Some(&aid),
-            crate::auth::Action::Scoped(crate::auth::Scope::Prompt),
-        )
-        .await?;
+    state.guard(&caller, &sid, Some(&aid), auth::PROMPT).await?;
     let turn = state.engine.cancel(&sid, &aid).await?;
     Ok(web::Json(Cancelled { turn }))
 }

@@ -68,7 +68,9 @@ async fn the_session_quota_holds_across_replicas_and_a_refused_create_or_fork_ap
     assert_eq!(stored_logs(&redis).await, 3, "the refusals created nothing");
 
     // Deleting a session (on the other replica) gives its slot back.
-    let deleted = b.send(b.client.delete(b.url(&format!("/v1/sessions/{first}")))).await;
+    let deleted = b
+        .send(b.client.delete(b.url(&format!("/v1/sessions/{first}"))))
+        .await;
     assert_eq!(deleted.status, 204, "{deleted:?}");
     b.create_session().await;
     assert_eq!(stored_logs(&redis).await, 3);
