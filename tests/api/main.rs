@@ -25,6 +25,7 @@ mod redaction;
 mod replicas;
 mod retention;
 mod review;
+mod review_findings;
 mod sessions;
 mod sse;
 mod store_full;
