@@ -117,7 +117,7 @@ pub fn open_provider(
 /// Authentication for this replica: checks that the bind and the keys agree (an open server
 /// is for loopback only), and loads the token signing secrets.
 pub async fn open_auth(settings: &Settings, keys: Arc<dyn KeyStore>) -> anyhow::Result<Arc<Auth>> {
-    let any = keys.any().await.context("reading the API keys")?;
+    let any = !keys.ids().await.context("reading the API keys")?.is_empty();
     let public = !is_loopback(&settings.bind);
     match settings.auth {
         AuthMode::Off if public => tracing::warn!(
@@ -151,8 +151,14 @@ pub async fn open_auth(settings: &Settings, keys: Arc<dyn KeyStore>) -> anyhow::
         }
     };
     let signer = Signer::new(&signing).map_err(anyhow::Error::msg)?;
+    // Off loopback, `auto` means `keys`: a public server never turns open because its keys
+    // vanished (a keys file deleted, a Redis restarted empty).
+    let mode = match settings.auth {
+        AuthMode::Auto if public => AuthMode::Keys,
+        m => m,
+    };
     Ok(Arc::new(Auth::new(
-        settings.auth,
+        mode,
         keys,
         signer,
         settings.default_rate,

@@ -9,6 +9,7 @@
 //! Key records are cached per replica for [`KEY_CACHE`], so a hot path costs no store round
 //! trip, and a revoked key (and every token it minted) stops working within that time.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,11 @@ pub use tokens::{Claims, Signer, MAX_TTL_SECS};
 
 /// How long a replica trusts what it read about a key (and whether any key exists).
 pub const KEY_CACHE: Duration = Duration::from_secs(2);
+/// Store lookups per second a replica spends on key ids it does not know (see `Auth::misses`).
+const MISS_LOOKUPS: f64 = 5.0;
+
+/// The ids of every key, and when they were read.
+type KeyIds = (Arc<HashSet<String>>, Instant);
 
 /// An action a browser token may carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -181,8 +187,18 @@ pub struct Auth {
     /// Tokens whose signature this replica already checked (a browser repeats its token on
     /// every request): their claims, so a hit costs a lookup and an expiry check.
     verified: quick_cache::sync::Cache<String, Arc<Claims>>,
-    /// Whether any key exists, and when that was read (for `auto`).
-    any: std::sync::Mutex<Option<(bool, Instant)>>,
+    /// The ids of every key, and when they were read: an id not among them is refused without
+    /// a store lookup (made-up keys cost nothing), and `auto` turns on when it is not empty.
+    ids: std::sync::Mutex<Option<KeyIds>>,
+    /// Store lookups this replica may still spend on ids it does not know (refilled at
+    /// [`MISS_LOOKUPS`] per second): a key created a moment ago is found on first use, while a
+    /// flood of made-up keys costs the store a few lookups a second.
+    misses: std::sync::Mutex<(f64, Instant)>,
+    /// One refresh of `ids` at a time.
+    refreshing: tokio::sync::Mutex<()>,
+    /// Set once credentials were required: they stay on for the life of the process, even if
+    /// the keys vanish (a keys file deleted, a Redis restarted empty).
+    latched: std::sync::atomic::AtomicBool,
 }
 
 impl Auth {
@@ -199,8 +215,32 @@ impl Auth {
             default_rate: default_rate.max(1),
             keys: quick_cache::sync::Cache::new(10_000),
             verified: quick_cache::sync::Cache::new(10_000),
-            any: std::sync::Mutex::new(None),
+            ids: std::sync::Mutex::new(None),
+            misses: std::sync::Mutex::new((MISS_LOOKUPS, Instant::now())),
+            refreshing: tokio::sync::Mutex::new(()),
+            latched: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The known key ids, read again when older than `max_age`.
+    async fn ids(&self, max_age: Duration) -> Result<Arc<HashSet<String>>, StoreError> {
+        let fresh = |ids: &std::sync::Mutex<Option<KeyIds>>| {
+            ids.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .filter(|(_, at)| at.elapsed() < max_age)
+                .map(|(set, _)| set.clone())
+        };
+        if let Some(set) = fresh(&self.ids) {
+            return Ok(set);
+        }
+        let _one = self.refreshing.lock().await;
+        if let Some(set) = fresh(&self.ids) {
+            return Ok(set);
+        }
+        let set: Arc<HashSet<String>> = Arc::new(self.store.ids().await?.into_iter().collect());
+        *self.ids.lock().unwrap_or_else(|p| p.into_inner()) = Some((set.clone(), Instant::now()));
+        Ok(set)
     }
 
     pub fn store(&self) -> &Arc<dyn KeyStore> {
@@ -213,15 +253,15 @@ impl Auth {
             AuthMode::Off => Ok(false),
             AuthMode::Keys => Ok(true),
             AuthMode::Auto => {
-                let cached = *self.any.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some((any, at)) = cached {
-                    if at.elapsed() < KEY_CACHE {
-                        return Ok(any);
-                    }
+                use std::sync::atomic::Ordering;
+                if self.latched.load(Ordering::Relaxed) {
+                    return Ok(true);
                 }
-                let any = self.store.any().await?;
-                *self.any.lock().unwrap_or_else(|p| p.into_inner()) = Some((any, Instant::now()));
-                Ok(any)
+                let on = !self.ids(KEY_CACHE).await?.is_empty();
+                if on {
+                    self.latched.store(true, Ordering::Relaxed);
+                }
+                Ok(on)
             }
         }
     }
@@ -289,17 +329,51 @@ impl Auth {
         })
     }
 
-    /// A key record, from the per-replica cache when it is fresh.
+    /// A key record, from the per-replica cache when it is fresh. An id not among the keys this
+    /// replica knows is looked up only while the miss budget lasts.
     async fn key(&self, id: &str) -> Result<Option<KeyRecord>, StoreError> {
         if let Some((record, at)) = self.keys.get(id) {
             if at.elapsed() < KEY_CACHE {
                 return Ok(record);
             }
         }
+        if !self.ids(KEY_CACHE).await?.contains(id) && !self.spend_miss() {
+            return Ok(None);
+        }
         let record = self.store.get(id).await?;
         self.keys
             .insert(id.to_owned(), (record.clone(), Instant::now()));
         Ok(record)
+    }
+
+    /// Whether a caller authenticated earlier still would be (its key not revoked, its token
+    /// not expired); `None` when the store cannot say right now.
+    pub async fn still_valid(&self, caller: &Caller) -> Option<bool> {
+        let (key, tenant) = match caller {
+            Caller::Open => return Some(true),
+            Caller::Key { id, tenant, .. } => (id, tenant),
+            Caller::Token { claims, .. } => {
+                if claims.exp <= jsonwebtoken::get_current_timestamp() {
+                    return Some(false);
+                }
+                (&claims.key, &claims.ten)
+            }
+        };
+        match self.key(key).await {
+            Ok(Some(r)) => Some(r.revoked_at.is_none() && &r.tenant == tenant),
+            Ok(None) => Some(false),
+            Err(_) => None,
+        }
+    }
+
+    /// Takes one lookup from the budget for unknown ids; false when it is spent.
+    fn spend_miss(&self) -> bool {
+        let mut budget = self.misses.lock().unwrap_or_else(|p| p.into_inner());
+        let (tokens, at) = *budget;
+        let tokens = (tokens + at.elapsed().as_secs_f64() * MISS_LOOKUPS).min(MISS_LOOKUPS);
+        let ok = tokens >= 1.0;
+        *budget = (if ok { tokens - 1.0 } else { tokens }, Instant::now());
+        ok
     }
 
     /// Creates a key for `tenant`: stores its hash, returns the record and the key (the only

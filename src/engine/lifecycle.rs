@@ -75,6 +75,11 @@ impl Engine {
                 if messages.is_empty() {
                     continue;
                 }
+                // Each summary is a paid provider call: it counts against the tenant's quota,
+                // and a compaction over it is refused rather than kept waiting.
+                self.limits
+                    .admit_provider_call(state.terms.tenant.as_ref())
+                    .await?;
                 let text = self
                     .provider
                     .summarize(&messages)

@@ -24,13 +24,15 @@ pub async fn authenticate(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    if !req.path().starts_with(GUARDED) || req.method() == actix_web::http::Method::OPTIONS {
+    // The decoded path, as the router matches it (`/v1/%73essions` is `/v1/sessions`).
+    let path = req.match_info().as_str().to_owned();
+    if !path.starts_with(GUARDED) || req.method() == actix_web::http::Method::OPTIONS {
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
     let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
         return Err(ApiError::new(Code::Internal, "the server is not configured").into());
     };
-    let presented = credential(req.request());
+    let presented = credential(req.request(), &path);
     let caller = state
         .auth
         .authenticate(presented.as_deref())
@@ -59,7 +61,7 @@ pub async fn authenticate(
 }
 
 /// The presented credential: the bearer header, or `access_token` on the events route.
-fn credential(req: &HttpRequest) -> Option<String> {
+fn credential(req: &HttpRequest, path: &str) -> Option<String> {
     if let Some(value) = req.headers().get(header::AUTHORIZATION) {
         let value = value.to_str().ok()?;
         let (scheme, rest) = value.split_once(' ')?;
@@ -67,7 +69,9 @@ fn credential(req: &HttpRequest) -> Option<String> {
             .eq_ignore_ascii_case("bearer")
             .then(|| rest.trim().to_owned());
     }
-    let events = req.method() == actix_web::http::Method::GET && req.path().ends_with("/events");
+    let segments: Vec<&str> = path.split('/').collect();
+    let events = req.method() == actix_web::http::Method::GET
+        && matches!(segments.as_slice(), ["", "v1", "sessions", sid, "events"] if !sid.is_empty());
     if !events {
         return None;
     }

@@ -10,8 +10,8 @@
 //! `max_events` / `max_ms` that end the stream cleanly for load tools, and shutdown, which ends
 //! it so clients reconnect elsewhere.
 
-use crate::auth::{self, Caller};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{get, web, HttpRequest, HttpResponse};
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use utoipa::IntoParams;
 
 use super::{session_id, ApiError, Code, Problem, State};
+use crate::auth::{self, Caller};
 use crate::domain::{EventId, PlanView, SessionId};
 use crate::limits::StreamPermit;
 use crate::live::{Item, LiveStream};
@@ -140,6 +141,9 @@ struct Sse {
     done: bool,
     /// This stream's place in its tenant's `max_streams`, released when the stream is dropped.
     _permit: StreamPermit,
+    /// The credential the stream was opened with, checked again every [`auth::KEY_CACHE`]:
+    /// revoking a key ends its streams (and its tokens' streams) as it ends its requests.
+    credential: Option<(Arc<auth::Auth>, Caller, tokio::time::Interval)>,
 }
 
 impl Sse {
@@ -167,6 +171,19 @@ impl Sse {
                 _ = self.heartbeat.tick() => return Some(Bytes::from_static(b": heartbeat\n\n")),
                 _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => self.done = true,
                 _ = self.shutdown.changed() => self.done = true,
+                _ = async {
+                    match self.credential.as_mut() {
+                        Some((_, _, every)) => { every.tick().await; }
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Some((auth, caller, _)) = &self.credential {
+                        // An outage is not a revocation: keep streaming until we know.
+                        if auth.still_valid(caller).await == Some(false) {
+                            self.done = true;
+                        }
+                    }
+                }
             }
         }
     }
@@ -264,6 +281,10 @@ pub async fn events(
         shutdown: state.shutdown.clone(),
         done: false,
         _permit: permit,
+        credential: (!matches!(caller, Caller::Open)).then(|| {
+            let every = tokio::time::interval_at(Instant::now() + auth::KEY_CACHE, auth::KEY_CACHE);
+            (state.auth.clone(), caller.clone(), every)
+        }),
     };
     let retry = futures_util::stream::once(async { Ok(Bytes::from_static(b"retry: 2000\n\n")) });
     let body = retry.chain(futures_util::stream::unfold(sse, |mut sse| async move {

@@ -42,9 +42,9 @@ pub trait KeyStore: Send + Sync + 'static {
     fn list(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>>;
     /// Marks a key revoked; false when no such key exists.
     fn revoke<'a>(&'a self, id: &'a str, at: u64) -> BoxFuture<'a, StoreResult<bool>>;
-    /// Whether any key was ever created (revoked ones count: revoking the last key must not
+    /// The id of every key ever created (revoked ones included: revoking the last key must not
     /// open the server).
-    fn any(&self) -> BoxFuture<'_, StoreResult<bool>>;
+    fn ids(&self) -> BoxFuture<'_, StoreResult<Vec<String>>>;
     /// The shared signing secret named `kid`: the stored one, or `proposed` if none was.
     fn signing_secret<'a>(
         &'a self,
@@ -166,8 +166,8 @@ impl KeyStore for FileKeys {
         })
     }
 
-    fn any(&self) -> BoxFuture<'_, StoreResult<bool>> {
-        Box::pin(async move { Ok(!self.records()?.is_empty()) })
+    fn ids(&self) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        Box::pin(async move { Ok(self.records()?.into_iter().map(|r| r.id).collect()) })
     }
 
     fn signing_secret<'a>(

@@ -121,14 +121,12 @@ impl KeyStore for RedisLog {
         })
     }
 
-    fn any(&self) -> BoxFuture<'_, StoreResult<bool>> {
+    fn ids(&self) -> BoxFuture<'_, StoreResult<Vec<String>>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let n: u64 = conn
-                .scard(self.key_index())
+            conn.smembers(self.key_index())
                 .await
-                .map_err(|e| self.failed(e))?;
-            Ok(n > 0)
+                .map_err(|e| self.failed(e))
         })
     }
 

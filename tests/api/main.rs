@@ -4,6 +4,7 @@
 mod helpers;
 
 mod adversarial;
+mod attacks;
 mod auth;
 mod composition;
 mod cors;
@@ -25,7 +26,6 @@ mod redaction;
 mod replicas;
 mod retention;
 mod review;
-mod review_findings;
 mod sessions;
 mod sse;
 mod store_full;

@@ -1,5 +1,5 @@
-//! Adversarial review of issue #10 (tenants, credentials, limits): each test reproduces one
-//! defect found by trying to break what was built. They fail until the defect is fixed.
+//! Attacks on credentials and limits found in review: each once got through.
+//! Every test here failed before its fix; each names the attack in its own words.
 
 use std::time::{Duration, Instant};
 
