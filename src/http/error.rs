@@ -127,6 +127,8 @@ pub struct ApiError {
     pub detail: String,
     /// The internal cause of a 5xx, logged and never sent.
     cause: Option<String>,
+    /// Seconds until a retry can succeed, sent as `Retry-After` (a 503 says 1 without it).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -135,7 +137,14 @@ impl ApiError {
             code,
             detail: detail.into(),
             cause: None,
+            retry_after: None,
         }
+    }
+
+    /// Tells the client when a retry can succeed (`Retry-After`).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
 
     pub(crate) fn opaque(code: Code, detail: &str, cause: impl ToString) -> Self {
@@ -143,6 +152,7 @@ impl ApiError {
             code,
             detail: detail.to_owned(),
             cause: Some(cause.to_string()),
+            retry_after: None,
         }
     }
 }
@@ -222,8 +232,14 @@ impl ResponseError for ApiError {
         };
         let mut res = HttpResponse::build(status);
         res.insert_header((header::CONTENT_TYPE, "application/problem+json"));
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            res.insert_header((header::RETRY_AFTER, "1"));
+        match self.retry_after {
+            Some(secs) => {
+                res.insert_header((header::RETRY_AFTER, secs.max(1).to_string()));
+            }
+            None if status == StatusCode::SERVICE_UNAVAILABLE => {
+                res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            None => {}
         }
         if status == StatusCode::UNAUTHORIZED {
             let error = if self.code == Code::TokenExpired {

@@ -76,7 +76,11 @@ impl Quota {
 
 impl From<Quota> for ApiError {
     fn from(q: Quota) -> Self {
-        ApiError::new(q.code(), q.detail())
+        let e = ApiError::new(q.code(), q.detail());
+        match q.retry_after {
+            Some(wait) => e.retry_after(wait.as_secs_f64().ceil() as u64),
+            None => e,
+        }
     }
 }
 
