@@ -8,7 +8,7 @@ use dsh_plan::domain::TenantId;
 use dsh_plan::store::{FileKeys, KeyStore, RedisLog};
 use serde_json::json;
 
-use crate::auth::{key_for, mint, secured};
+use crate::auth::{key_for, mint, secured, AcmeSession};
 use crate::helpers::{spawn_with, TestRedis};
 
 /// Reads `res` until its body ends or `deadline` passes; true when it ended.
@@ -153,12 +153,9 @@ async fn a_public_server_does_not_turn_open_when_its_keys_disappear() {
 /// end in `/events` takes it too: an agent or a session named `events`.
 #[tokio::test]
 async fn a_token_in_the_query_is_refused_on_routes_that_merely_end_in_events() {
-    let redis = TestRedis::start().await;
-    let (_, key) = key_for(&redis, "acme", None).await;
-    let app = secured(&redis, "r1").await;
-    let acme = app.as_caller(&key);
-    let sid = acme.create_session().await;
-    let token = mint(&acme, &sid, json!({"scopes": ["read"]})).await;
+    let t = AcmeSession::start().await;
+    let (app, acme, sid) = (&t.app, &t.acme, t.sid.clone());
+    let token = mint(acme, &sid, json!({"scopes": ["read"]})).await;
     app.get(&format!(
         "/v1/sessions/{sid}/agents/events?access_token={token}"
     ))

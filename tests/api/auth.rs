@@ -28,6 +28,35 @@ pub async fn secured(redis: &TestRedis, replica: &str) -> TestApp {
     .await
 }
 
+/// Tenant `acme` with one API key and one session, on one secured replica (the Redis lives as
+/// long as this does).
+pub struct AcmeSession {
+    /// Held so the test's Redis outlives its replica.
+    _redis: TestRedis,
+    pub key_id: String,
+    pub app: TestApp,
+    /// `app` as seen with acme's API key.
+    pub acme: TestApp,
+    pub sid: String,
+}
+
+impl AcmeSession {
+    pub async fn start() -> Self {
+        let redis = TestRedis::start().await;
+        let (key_id, key) = key_for(&redis, "acme", None).await;
+        let app = secured(&redis, "r1").await;
+        let acme = app.as_caller(&key);
+        let sid = acme.create_session().await;
+        Self {
+            _redis: redis,
+            key_id,
+            app,
+            acme,
+            sid,
+        }
+    }
+}
+
 pub async fn mint(app: &TestApp, sid: &str, body: Value) -> String {
     let reply = app
         .post_json(&format!("/v1/sessions/{sid}/tokens"), body)
@@ -234,14 +263,11 @@ async fn creating_sessions_takes_an_api_key_and_the_session_belongs_to_its_tenan
 
 #[tokio::test]
 async fn a_token_for_one_agent_cannot_act_on_another_agent() {
-    let redis = TestRedis::start().await;
-    let (_, key) = key_for(&redis, "acme", None).await;
-    let app = secured(&redis, "r1").await;
-    let acme = app.as_caller(&key);
-    let sid = acme.create_session().await;
+    let t = AcmeSession::start().await;
+    let (app, acme, sid) = (&t.app, &t.acme, t.sid.clone());
     let helper = acme.spawn_agent(&sid, Some("main")).await.ok();
     let helper = helper["id"].as_str().unwrap().to_owned();
-    let token = mint(&acme, &sid, json!({"scopes": ALL, "agent": "main"})).await;
+    let token = mint(acme, &sid, json!({"scopes": ALL, "agent": "main"})).await;
     let browser = app.as_caller(&token);
     browser.set_plan(&sid, "main", true).await.ok();
     browser
@@ -271,11 +297,9 @@ async fn a_token_for_one_agent_cannot_act_on_another_agent() {
 
 #[tokio::test]
 async fn a_browser_token_drives_the_plan_review_and_the_answer_records_who_gave_it() {
-    let redis = TestRedis::start().await;
-    let (key_id, key) = key_for(&redis, "acme", None).await;
-    let app = secured(&redis, "r1").await;
-    let acme = app.as_caller(&key);
-    let sid = acme.create_session().await;
+    let t = AcmeSession::start().await;
+    let (app, acme, sid) = (&t.app, &t.acme, t.sid.clone());
+    let key_id = &t.key_id;
     let minted = acme
         .post_json(
             &format!("/v1/sessions/{sid}/tokens"),
@@ -320,12 +344,9 @@ async fn a_browser_token_drives_the_plan_review_and_the_answer_records_who_gave_
 
 #[tokio::test]
 async fn the_events_route_takes_a_token_in_the_query_and_no_other_route_does() {
-    let redis = TestRedis::start().await;
-    let (_, key) = key_for(&redis, "acme", None).await;
-    let app = secured(&redis, "r1").await;
-    let acme = app.as_caller(&key);
-    let sid = acme.create_session().await;
-    let token = mint(&acme, &sid, json!({"scopes": ["read"]})).await;
+    let t = AcmeSession::start().await;
+    let (app, acme, sid) = (&t.app, &t.acme, t.sid.clone());
+    let token = mint(acme, &sid, json!({"scopes": ["read"]})).await;
     let events = app
         .client
         .get(app.url(&format!(
@@ -421,12 +442,9 @@ impl SplitMix {
 
 #[tokio::test]
 async fn an_event_stream_opened_with_a_token_ends_when_the_token_expires() {
-    let redis = TestRedis::start().await;
-    let (_, key) = key_for(&redis, "acme", None).await;
-    let app = secured(&redis, "r1").await;
-    let acme = app.as_caller(&key);
-    let sid = acme.create_session().await;
-    let token = mint(&acme, &sid, json!({"scopes": ["read"], "ttl_seconds": 1})).await;
+    let t = AcmeSession::start().await;
+    let (app, acme, sid) = (&t.app, &t.acme, t.sid.clone());
+    let token = mint(acme, &sid, json!({"scopes": ["read"], "ttl_seconds": 1})).await;
     let started = std::time::Instant::now();
     let stream = app
         .client
