@@ -1,29 +1,16 @@
 // The reference client: built only on the public REST API and SSE (EventSource, which resumes
 // with Last-Event-ID by itself). It shows host-confirmed state only.
-import { renderMarkdown } from "./markdown.js";
 import { lang, t } from "./i18n.js";
-import { authorization, fragmentHasToken, takeToken, withToken } from "./credential.js";
+import { fragmentHasToken, takeToken, withToken } from "./credential.js";
+import { api, FINAL, refusal, whenFinal } from "./api.js";
+import { renderMarkdown } from "./markdown.js";
+import { Transcript } from "./transcript.js";
+import { forget, remember, renderSessionList } from "./sessions.js";
+import { answerBody, isReview, optionLabel, optionOf, options } from "./questions.js";
 
 const $ = (id) => document.getElementById(id);
 const AGENT = "main";
-const STORE = "dsh-plan.sessions";
 takeToken();
-
-// Every write sends JSON, even without a body: the server refuses anything else (415), which is
-// what keeps other sites' forms and no-cors requests out.
-async function api(method, path, body) {
-  const headers = authorization();
-  const write = method !== "GET";
-  if (write) headers["content-type"] = "application/json";
-  const res = await fetch(path, {
-    method,
-    headers,
-    body: write ? JSON.stringify(body ?? {}) : undefined,
-  });
-  const data = await res.json().catch(() => null);
-  if (!res.ok) throw Object.assign(new Error(data?.detail || res.statusText), { problem: data });
-  return data;
-}
 
 // ---- state -----------------------------------------------------------------------------
 const app = {
@@ -32,46 +19,24 @@ const app = {
   sid: null,
   source: null,
   running: false,
+  stopped: null, // why the client gave up on this session (a final problem code), or null
   questions: new Map(), // open questions by id
-  bubbles: new Map(), // streaming assistant bubbles by turn/step
-  finished: new Set(), // turn/step keys whose message is recorded (late deltas are dropped)
   lastId: null, // the last event id the stream delivered
   lastSeq: 0, // its seq: a response describing an older state than this is stale
   retry: 500, // reconnect backoff after the server refused the stream
 };
+const transcript = new Transcript($("conversation"));
 const seqOf = (id) => (id ? Number(String(id).split("-")[0]) || 0 : 0);
+// Frames are read defensively: a recorded event carries its payload in `data`, a derived
+// frame (`plan/view`, `assistant/delta`) may carry it at the top level or in `data` too.
+const agentOf = (f) => f?.agent ?? f?.data?.agent;
+const payloadOf = (f, field) => (f?.data && field in f.data ? f.data : f);
 // PlanModeControl: `confirmed` is the last host-confirmed view; `token` names the control's
 // own request so a result for another session, or after unmounting, is ignored.
 const plan = { confirmed: null, busy: false, token: 0 };
 
 // ---- sessions --------------------------------------------------------------------------
-const known = () => JSON.parse(localStorage.getItem(STORE) || "[]");
-function remember(sid) {
-  const list = known().filter((s) => s !== sid);
-  list.unshift(sid);
-  localStorage.setItem(STORE, JSON.stringify(list.slice(0, 50)));
-}
-function renderSessions() {
-  const ul = $("session-list");
-  ul.replaceChildren();
-  const list = known();
-  if (!list.length) {
-    const li = document.createElement("li");
-    li.textContent = t.noSessions;
-    ul.append(li);
-  }
-  for (const sid of list) {
-    const li = document.createElement("li");
-    const b = document.createElement("button");
-    b.type = "button";
-    b.textContent = sid.slice(0, 12) + "…";
-    b.title = sid;
-    b.setAttribute("aria-current", String(sid === app.sid));
-    b.onclick = () => open(sid);
-    li.append(b);
-    ul.append(li);
-  }
-}
+const renderSessions = () => renderSessionList($("session-list"), app.sid, open);
 
 async function createSession() {
   const s = await api("POST", "/v1/sessions");
@@ -83,16 +48,18 @@ function unmount() {
   app.source?.close();
   app.source = null;
   app.questions.clear();
-  app.bubbles.clear();
-  app.finished.clear();
   app.lastId = null;
   app.lastSeq = 0;
   app.retry = 500;
   app.running = false;
+  app.stopped = null;
   plan.confirmed = null;
   plan.busy = false;
   plan.token++; // late results of the old session's requests are ignored
-  $("conversation").replaceChildren();
+  transcript.clear();
+  $("notice").hidden = true;
+  $("dock").hidden = false;
+  $("stop").hidden = true;
 }
 
 async function open(sid) {
@@ -106,17 +73,48 @@ async function open(sid) {
   connect(sid);
 }
 
+/**
+ * The client gives up on the session: it does not exist (any more) or the credential is not
+ * good for it. No stream, no retries; the user is told why and can pick or start another.
+ */
+function stop(code) {
+  app.source?.close();
+  app.source = null;
+  app.stopped = code;
+  if (app.sid && (code === "session-not-found" || code === "invalid-id" || code === "deleted")) {
+    forget(app.sid);
+    renderSessions();
+  }
+  app.questions.clear();
+  plan.confirmed = null;
+  renderPlan();
+  renderDock();
+  $("dock").hidden = true;
+  $("notice").textContent = t.final[code] ?? t.final.unauthorized;
+  $("notice").hidden = false;
+}
+whenFinal((code, path) => {
+  // A refusal about another session (a late answer after switching) changes nothing here.
+  const about = path.match(/^\/v1\/sessions\/([^/?]+)/)?.[1];
+  if (about && decodeURIComponent(about) !== app.sid) return;
+  stop(code);
+});
+
 // EventSource resumes by itself with Last-Event-ID after a dropped connection; after a refused
-// one (a non-200, e.g. 503 while the store is down) it stops for good, so reconnect here.
+// one (a non-200) it stops for good. Then the client asks why: a final refusal (no such
+// session, no valid credential) stops it, anything else (e.g. 503 while the store is down) is
+// retried with backoff.
 function connect(sid) {
   const query = withToken(new URLSearchParams());
   if (app.lastId) query.set("after", app.lastId);
   const qs = query.toString() ? `?${query}` : "";
-  const source = new EventSource(`/v1/sessions/${encodeURIComponent(sid)}/events${qs}`);
+  const url = `/v1/sessions/${encodeURIComponent(sid)}/events${qs}`;
+  const source = new EventSource(url);
   app.source = source;
+  const current = () => sid === app.sid && source === app.source;
   const on = (type, fn) =>
     source.addEventListener(type, (ev) => {
-      if (sid !== app.sid || source !== app.source) return;
+      if (!current()) return;
       if (ev.lastEventId && seqOf(ev.lastEventId) >= app.lastSeq) {
         app.lastId = ev.lastEventId;
         app.lastSeq = seqOf(ev.lastEventId);
@@ -124,33 +122,48 @@ function connect(sid) {
       app.retry = 500;
       fn(JSON.parse(ev.data));
     });
-  source.onerror = () => {
-    if (source.readyState !== EventSource.CLOSED || sid !== app.sid || source !== app.source) return;
-    setTimeout(() => sid === app.sid && source === app.source && connect(sid), app.retry);
+  source.onerror = async () => {
+    if (source.readyState !== EventSource.CLOSED || !current()) return;
+    const code = await refusal(url);
+    if (!current()) return;
+    if (FINAL.has(code)) return stop(code);
+    setTimeout(() => current() && connect(sid), app.retry);
     app.retry = Math.min(app.retry * 2, 5000);
   };
-  on("user/message", (e) => addMessage(e.data.source ? "note" : "user", e.data.text));
-  on("assistant/delta", (d) => streamDelta(d));
-  on("assistant/message", (e) => finishAssistant(e));
-  on("tool/result", (e) => toolNote(e));
-  on("plan/mode", (e) => addMessage("note", e.data.active ? t.modeOn : t.modeOff));
-  on("plan/view", (v) => {
-    if (v.agent !== AGENT) return;
-    plan.confirmed = { active: v.active, ...(v.pending === undefined ? {} : { pending: v.pending }) };
+  const mine = (fn) => (f) => agentOf(f) === AGENT && fn(f);
+  on("user/message", (e) => transcript.message(e.data.source ? "note" : "user", e.data.text));
+  on("assistant/delta", mine((d) => transcript.delta(payloadOf(d, "text"))));
+  on("assistant/message", mine((e) => transcript.assistant(e.data)));
+  on("tool/result", mine((e) => transcript.toolResult(e.data)));
+  on("plan/mode", (e) => transcript.message("note", e.data.active ? t.modeOn : t.modeOff));
+  on("plan/view", mine((f) => {
+    const v = payloadOf(f, "active");
+    plan.confirmed = { active: v.active, ...(v.pending === undefined || v.pending === null ? {} : { pending: v.pending }) };
     renderPlan();
-  });
-  on("turn/started", (e) => e.agent === AGENT && setRunning(true));
-  on("turn/ended", (e) => e.agent === AGENT && setRunning(false));
-  on("question/asked", (e) => {
+  }));
+  on("turn/started", mine(() => setRunning(true)));
+  on("turn/ended", mine((e) => {
+    setRunning(false);
+    // A question its turn left open (the turn was cancelled) can no longer be answered.
+    for (const [id, q] of app.questions) if (q.turn === e.data.turn) app.questions.delete(id);
+    renderDock();
+  }));
+  on("question/asked", mine((e) => {
     app.questions.set(e.data.id, { ...e.data, agent: e.agent });
+    transcript.asked(e.data);
     renderDock();
-  });
-  const close = (e) => {
+  }));
+  on("question/answered", mine((e) => {
     app.questions.delete(e.data.id);
+    transcript.answered(e.data);
     renderDock();
-  };
-  on("question/answered", close);
-  on("question/dismissed", close);
+  }));
+  on("question/dismissed", mine((e) => {
+    app.questions.delete(e.data.id);
+    transcript.dismissed(e.data);
+    renderDock();
+  }));
+  on("session/deleted", () => stop("deleted"));
   source.addEventListener("reset", () => {
     source.close();
     open(sid);
@@ -163,46 +176,6 @@ function confirmFromResponse(view, lastEventId) {
   plan.confirmed = view;
 }
 
-// ---- conversation ----------------------------------------------------------------------
-function addMessage(kind, text) {
-  const div = document.createElement("div");
-  div.className = `msg ${kind}`;
-  div.textContent = text;
-  $("conversation").append(div);
-  div.scrollIntoView({ block: "end" });
-  return div;
-}
-function streamDelta(d) {
-  if (d.agent !== AGENT) return;
-  const key = `${d.turn}/${d.step}`;
-  if (app.finished.has(key)) return; // deltas are ephemeral and may trail the recorded message
-  let b = app.bubbles.get(key);
-  if (!b) {
-    b = addMessage("assistant", "");
-    b.dataset.streaming = "true";
-    app.bubbles.set(key, b);
-  }
-  b.textContent += d.text;
-}
-function finishAssistant(e) {
-  if (e.agent !== AGENT) return;
-  const key = `${e.data.turn}/${e.data.step}`;
-  const b = app.bubbles.get(key) || addMessage("assistant", "");
-  app.bubbles.delete(key);
-  app.finished.add(key);
-  b.textContent = e.data.text;
-  delete b.dataset.streaming;
-  for (const call of e.data.tool_calls || []) {
-    const span = document.createElement("span");
-    span.className = "tool";
-    span.textContent = `→ ${call.name}`;
-    b.append(document.createElement("br"), span);
-  }
-}
-function toolNote(e) {
-  const r = e.data.result || {};
-  addMessage("note", e.data.ok ? `${e.data.name}: ${JSON.stringify(r)}` : `${e.data.name}: ${r.reason || "failed"}`);
-}
 function setRunning(running) {
   app.running = running;
   $("stop").hidden = !running;
@@ -320,41 +293,52 @@ function renderDock() {
   const q = openQuestion();
   $("review").hidden = !q;
   $("composer").hidden = !!q;
+  $("send").hidden = !!q;
   if (!q) return;
-  const review = q.intent?.kind === "plan-review";
+  const review = isReview(q);
   $("review-title").textContent = review ? t.reviewTitle : q.title;
   $("review-plan").innerHTML = renderMarkdown(q.detail); // sanitized: untrusted content
-  const options = $("review-options");
-  options.replaceChildren();
-  $("review-approve").hidden = !review;
-  $("review-keep").hidden = !review;
-  if (!review) {
-    for (const label of q.options) {
-      const b = document.createElement("button");
-      b.type = "button";
-      b.textContent = label;
-      b.onclick = () => answer(q, label);
-      options.append(b);
-    }
-  }
+  // A review's Approve and Keep planning have their own buttons; every other option one each.
+  const approve = review ? optionOf(q, "approve") : undefined;
+  const keep = review ? optionOf(q, "keep_planning") : undefined;
+  $("review-approve").hidden = !approve;
+  $("review-keep").hidden = !keep;
+  $("review-approve").onclick = () => answer(q, approve);
+  $("review-keep").onclick = () => answer(q, keep);
+  $("review-dismiss").onclick = () => dismiss(q);
+  $("review-options").replaceChildren(
+    ...options(q)
+      .filter((o) => o.id !== approve?.id && o.id !== keep?.id)
+      .map((o) => {
+        const b = document.createElement("button");
+        b.type = "button";
+        b.textContent = optionLabel(q, o);
+        b.dataset.option = o.id;
+        b.onclick = () => answer(q, o);
+        return b;
+      }),
+  );
   $("review-text").parentElement.hidden = !q.allow_text;
   $("review-feedback-label").textContent = review ? t.feedback : t.answerText;
-  $("review-approve").onclick = () => answer(q, q.intent?.approve);
-  const keep = q.options.find((o) => o !== q.intent?.approve);
-  $("review-keep").onclick = () => answer(q, keep);
 }
-async function answer(q, label) {
+/** Sends the answer naming `option` by id (with the typed text); the stream closes the card. */
+async function answer(q, option) {
   const text = $("review-text").value.trim();
-  const body = {};
-  if (label) body.label = label;
-  if (text && q.allow_text && label !== q.intent?.approve) body.text = text;
+  await decide(`/v1/sessions/${app.sid}/questions/${q.id}/answer`, answerBody(q, option, text));
+}
+const dismiss = (q) => decide(`/v1/sessions/${app.sid}/questions/${q.id}/dismiss`);
+async function decide(path, body) {
+  const buttons = $("review").querySelectorAll("button");
+  buttons.forEach((b) => (b.disabled = true));
   $("review-error").hidden = true;
   try {
-    await api("POST", `/v1/sessions/${app.sid}/questions/${q.id}/answer`, body);
+    await api("POST", path, body);
     $("review-text").value = "";
   } catch {
     $("review-error").textContent = t.answerError;
     $("review-error").hidden = false;
+  } finally {
+    buttons.forEach((b) => (b.disabled = false));
   }
 }
 
@@ -371,6 +355,7 @@ function labels() {
   $("plan-select").options[1].textContent = t.plan;
   $("review-approve").textContent = t.approve;
   $("review-keep").textContent = t.keepPlanning;
+  $("review-dismiss").textContent = t.dismiss;
 }
 
 async function start() {
@@ -383,17 +368,25 @@ async function start() {
     if (e.key === "Enter" && !e.shiftKey) submit(e);
   };
   $("stop").onclick = () => app.sid && api("POST", `/v1/sessions/${app.sid}/agents/${AGENT}/cancel`).catch(() => {});
-  app.status = await api("GET", "/v1/status");
-  app.commands = (await api("GET", "/v1/commands")).commands;
+  try {
+    app.status = await api("GET", "/v1/status");
+    app.commands = (await api("GET", "/v1/commands")).commands;
+  } catch (e) {
+    // A final refusal has already said so; anything else is a server that is not there yet.
+    if (!app.stopped) $("notice").textContent = e.message || t.sendError;
+    $("notice").hidden = false;
+    return;
+  }
   renderSessions();
   const fromHash = location.hash.slice(1);
   if (fromHash) await open(fromHash);
-  // A token handed to an already open client (the fragment changed, no page load).
+  // Another session named in the address bar, or a token handed to an already open client
+  // (the fragment changed, no page load).
   window.addEventListener("hashchange", () => {
-    if (!fragmentHasToken()) return;
-    takeToken();
+    const token = fragmentHasToken();
+    if (token) takeToken();
     const sid = location.hash.slice(1);
-    if (sid) open(sid);
+    if (sid && (token || sid !== app.sid)) open(sid);
   });
 }
 start();

@@ -29,6 +29,26 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/i18n.js"),
     ),
     (
+        "/api.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/api.js"),
+    ),
+    (
+        "/questions.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/questions.js"),
+    ),
+    (
+        "/sessions.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/sessions.js"),
+    ),
+    (
+        "/transcript.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/transcript.js"),
+    ),
+    (
         "/style.css",
         "text/css; charset=utf-8",
         include_str!("../../web/style.css"),

@@ -2,7 +2,8 @@
 // server on Redis. Screenshots of each state go to test-artifacts/browser/.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { startStack, launchBrowser, shot } from "./harness.mjs";
+import { join } from "node:path";
+import { startStack, launchBrowser, shot, artifacts } from "./harness.mjs";
 
 let stack;
 let browser;
@@ -79,6 +80,7 @@ test("flow 2: /plan, Keep planning with feedback, a revised plan, Approve, plan 
   assert.equal(await page.locator("#review-plan a").count(), 0);
   assert.equal(await page.evaluate(() => window.hacked), undefined);
   await expectChip("Plan");
+  assert.equal(await chip().isVisible(), true, "the mode stays in view during the review");
   await shot(page, "flow2-review");
 
   await page.fill("#review-text", "Also cover SSO logins.");
@@ -218,5 +220,88 @@ test("a token in the URL fragment leaves the address bar and goes with every req
     assert.ok(streams().length >= 1 && streams().every((r) => r.url.searchParams.get("access_token") === "second.token.x"));
   } finally {
     await fresh.browser.close();
+  }
+});
+
+/** Every request the page makes to the API from now on. */
+function watchApi(p = page) {
+  const seen = [];
+  const log = (r) => r.url().includes("/v1/") && seen.push(`${r.method()} ${new URL(r.url()).pathname}`);
+  p.on("request", log);
+  return { seen, stop: () => p.off("request", log) };
+}
+/** The notice says `text`, and the page then stays quiet for longer than two reconnect backoffs. */
+async function stoppedWith(text, watch) {
+  await page.locator("#notice").waitFor({ state: "visible", timeout: 15000 });
+  assert.equal(await page.locator("#notice").textContent(), text);
+  const count = watch.seen.length;
+  await page.waitForTimeout(2500);
+  assert.deepEqual(watch.seen.slice(count), [], "no request after the refusal");
+  watch.stop();
+}
+
+test("an unknown session shows a message, is forgotten, and the client stops asking", async () => {
+  const sid = "0123456789abcdef0123456789abcdef";
+  await page.goto(stack.base + "/");
+  await page.evaluate((sid) => localStorage.setItem("dsh-plan.sessions", JSON.stringify([sid])), sid);
+  const watch = watchApi();
+  await page.goto(`${stack.base}/#${sid}`);
+  await stoppedWith("This session does not exist or has expired. Start a new session.", watch);
+  const streams = watch.seen.filter((r) => r.endsWith("/events"));
+  assert.ok(streams.length <= 2, `the stream and one probe, no loop: ${streams}`);
+  assert.equal(await page.locator("#dock").isHidden(), true);
+  assert.equal(await page.locator(`#session-list button[title="${sid}"]`).count(), 0, "no longer offered");
+  await shot(page, "unknown-session");
+  // Starting a new session clears the message.
+  await page.click("#new-session");
+  await chip().waitFor({ state: "visible" });
+  assert.equal(await page.locator("#notice").isHidden(), true);
+});
+
+test("a write refused with session-not-found stops the client too", async () => {
+  await newSession();
+  await expectChip("Default");
+  await page.route("**/agents/main/plan", (route) =>
+    route.request().method() === "PUT"
+      ? route.fulfill({ status: 404, contentType: "application/problem+json", body: JSON.stringify({ type: "urn:dsh-plan:problem:session-not-found", title: "Not Found", status: 404, detail: "no such session", code: "session-not-found" }) })
+      : route.continue(),
+  );
+  const watch = watchApi();
+  await page.selectOption("#plan-select", "plan");
+  await stoppedWith("This session does not exist or has expired. Start a new session.", watch);
+  await page.unroute("**/agents/main/plan");
+});
+
+test("a session deleted elsewhere says so and the client stops asking", async () => {
+  await newSession();
+  await expectChip("Default");
+  const sid = await page.evaluate(() => location.hash.slice(1));
+  const watch = watchApi();
+  const res = await fetch(`${stack.base}/v1/sessions/${sid}`, { method: "DELETE" });
+  assert.ok(res.ok, `DELETE: ${res.status}`);
+  await stoppedWith("This session was deleted.", watch);
+});
+
+test("the Chinese UI shows the review in Chinese and answers by option id", async () => {
+  const zh = await launchBrowser("zh-CN");
+  try {
+    const p = zh.page;
+    const sent = [];
+    p.on("request", (r) => r.url().endsWith("/answer") && sent.push(JSON.parse(r.postData())));
+    await p.goto(stack.base + "/");
+    await p.click("#new-session");
+    await p.waitForFunction(() => document.getElementById("plan-chip").textContent === "默认");
+    await p.fill("#input", "/plan 修复登录问题");
+    await p.click("#send");
+    await p.locator("#review").waitFor({ state: "visible", timeout: 20000 });
+    assert.equal(await p.locator("#review-approve").textContent(), "批准");
+    assert.equal(await p.locator("#review-keep").textContent(), "继续规划");
+    await p.click("#review-approve");
+    await p.locator('.question-item[data-decision="approved"]').waitFor({ timeout: 20000 });
+    assert.deepEqual(sent, [{ option: "approve" }]);
+    assert.equal(await p.locator(".question-item .decision").textContent(), "已批准");
+    await p.screenshot({ path: join(artifacts, "zh-review-approved.png") });
+  } finally {
+    await zh.browser.close();
   }
 });

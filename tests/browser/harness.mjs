@@ -61,12 +61,13 @@ export async function startStack({ manifest, tokenDelayMs = 250, env: extra = {}
   return { base, server, redisUrl: env.REDIS_URL, bin, stop: () => procs.forEach((p) => p.kill("SIGKILL")) };
 }
 
-export async function launchBrowser(locale = "en-US") {
+/** Headless Chromium with one page; `viewport` defaults to a desktop window. */
+export async function launchBrowser(locale = "en-US", viewport = { width: 1100, height: 800 }) {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
   });
-  const context = await browser.newContext({ locale, viewport: { width: 1100, height: 800 } });
+  const context = await browser.newContext({ locale, viewport });
   return { browser, page: await context.newPage() };
 }
 
