@@ -223,6 +223,18 @@ test("a token in the URL fragment leaves the address bar and goes with every req
   }
 });
 
+test("a review cut short by Stop stays in the transcript as unavailable and the card closes", async () => {
+  await newSession();
+  await send("/plan tidy the README");
+  await page.locator("#review").waitFor({ state: "visible", timeout: 20000 });
+  await page.click("#stop"); // in the bar beside the chip, reachable during the review
+  await page.locator("#review").waitFor({ state: "hidden" });
+  await page.locator('.question-item[data-decision="unavailable"]').waitFor();
+  assert.equal(await page.locator(".question-item .decision").textContent(), "Review unavailable");
+  assert.match(await page.locator(".question-item .markdown").textContent(), /tidy the README/);
+  assert.equal(await page.locator("#composer").isVisible(), true);
+});
+
 /** Every request the page makes to the API from now on. */
 function watchApi(p = page) {
   const seen = [];
