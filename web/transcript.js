@@ -59,6 +59,7 @@ export class Transcript {
     this.finished.add(key);
     b.textContent = m.text;
     delete b.dataset.streaming;
+    b.scrollIntoView({ block: "end" }); // it grew since it was added
     for (const call of m.tool_calls || []) {
       this.calls.set(`${m.turn}/${call.id}`, call.arguments);
       b.append(document.createElement("br"), el("span", "tool", `→ ${call.name}`));

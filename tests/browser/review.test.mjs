@@ -130,7 +130,7 @@ test("a token that expires while the page is open shows a message and the client
   try {
     const seen = [];
     page.on("request", (r) => r.url().includes("/v1/") && seen.push(r.url()));
-    await openAs(page, "carol", { ttl_seconds: 1 });
+    await openAs(page, "carol", { ttl_seconds: 3 }); // whole seconds: at least 2 s left
     await page.locator("#plan-chip").waitFor({ state: "visible" });
     // The server ends the stream once the token has expired; the reconnect is refused.
     const notice = page.locator("#notice");
@@ -165,10 +165,10 @@ test("at 390 px: no horizontal scroll, the mode chip stays in view during a revi
     // A long plan: the card scrolls inside itself, the chip and the actions stay on screen.
     const long = Array.from({ length: 40 }, (_, i) => `step ${i} with a_very_long_identifier_that_does_not_wrap_${i}`).join(" ");
     await planReview(page, long);
+    await page.screenshot({ path: join(artifacts, "mobile-390-review.png") });
     await noOverflow();
     for (const s of ["#plan-chip", "#review-approve", "#review-keep", "#review-dismiss", "#review-text"]) await inView(s);
     assert.equal(await page.locator("#plan-chip").textContent(), "Plan");
-    await page.screenshot({ path: join(artifacts, "mobile-390-review.png") });
 
     await page.click("#review-approve");
     await page.locator(".msg.assistant", { hasText: "Plan approved. Starting work." }).waitFor({ timeout: 20000 });
