@@ -198,6 +198,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(commands::list_commands)
         .service(commands::run_command)
         .service(questions::list_questions)
+        .service(questions::get_question)
         .service(questions::answer)
         .service(questions::dismiss)
         .service(sessions::fork_session)
