@@ -27,6 +27,9 @@ use crate::domain::{
 use crate::limits::Limits;
 use crate::store::{Anchor, Append, EventLog, StoreError};
 
+mod listing;
+pub use listing::{SessionSummary, SessionsPage};
+
 /// Events read per round trip while catching a cold session up.
 const FOLD_BATCH: usize = 10_000;
 /// Attempts of one decision before giving up with [`ServiceError::Contention`].

@@ -308,13 +308,10 @@ impl AgentState {
                     .get_mut(id)
                     .filter(|q| q.agent == e.agent && q.state == QuestionStatus::Open)
                     .ok_or_else(|| format!("question `{id}` is not open"))?;
-                q.state = match &e.kind {
-                    EventKind::QuestionAnswered(a) => {
-                        q.answer = Some(a.clone());
-                        QuestionStatus::Answered
-                    }
-                    _ => QuestionStatus::Dismissed,
-                };
+                match &e.kind {
+                    EventKind::QuestionAnswered(a) => q.record_answer(a)?,
+                    _ => q.state = QuestionStatus::Dismissed,
+                }
                 if let Some(t) = self.turn.as_mut() {
                     if t.waiting_on.as_deref() == Some(id) {
                         t.waiting_on = None;

@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::event::{EventKind, Intent, QuestionAnswered, QuestionAsked, QuestionDismissed};
+use super::event::{
+    EventKind, Intent, OptionKind, QuestionAnswered, QuestionAsked, QuestionDismissed,
+    QuestionOption,
+};
 use super::session::{DomainError, SessionState};
 use super::{AgentId, EventId, NewEvent};
 
@@ -41,7 +44,9 @@ pub struct QuestionView {
     pub title: String,
     /// Markdown from the model: untrusted, render it sanitized.
     pub detail: String,
-    pub options: Vec<String>,
+    /// The answers offered: answer with an option's `id`; its `kind` says what it means
+    /// (`approve`, `keep_planning`, `other`), its `label` is display text.
+    pub options: Vec<QuestionOption>,
     pub allow_text: bool,
     /// The event that asked it.
     #[schema(value_type = String, example = "7-0")]
@@ -50,11 +55,32 @@ pub struct QuestionView {
     pub answer: Option<Answer>,
 }
 
+/// How a question was answered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Answer {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The chosen option's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "keep_planning")]
+    pub option: Option<String>,
+    /// The chosen option's label as offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "Keep planning")]
     pub label: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The free text sent with (or instead of) an option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Who answered: `key:<key id>` or `token:<subject>`; absent on an open server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "token:user-42")]
+    pub by: Option<String>,
+}
+
+/// What a caller answers: an option id, free text, or both. `label` is the deprecated way to
+/// name an option (matched against the offered labels).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reply {
+    pub option: Option<String>,
+    pub label: Option<String>,
     pub text: Option<String>,
 }
 
@@ -72,11 +98,52 @@ impl QuestionState {
             allow_text: q.allow_text,
             asked_at: self.asked_at,
             answer: self.answer.as_ref().map(|a| Answer {
+                option: a.option.clone(),
                 label: a.label.clone(),
                 text: a.text.clone(),
+                by: a.by.clone(),
             }),
         }
     }
+
+    /// The offered option with this id.
+    pub fn option(&self, id: &str) -> Option<&QuestionOption> {
+        self.asked.options.iter().find(|o| o.id == id)
+    }
+
+    /// The kind of the option the answer chose (`None`: text only, or not answered).
+    pub fn chosen_kind(&self) -> Option<OptionKind> {
+        let answer = self.answer.as_ref()?;
+        Some(self.option(answer.option.as_deref()?)?.kind)
+    }
+
+    /// Records an answer, naming its option by id. An answer from a log older than option ids
+    /// names it by label only: the option is found by that label. An id the question never
+    /// offered is corruption.
+    pub fn record_answer(&mut self, answered: &QuestionAnswered) -> Result<(), String> {
+        let mut answer = answered.clone();
+        match (&answer.option, &answer.label) {
+            (Some(id), _) if self.option(id).is_none() => {
+                return Err(format!(
+                    "answer to question `{}` names option `{id}`, which it did not offer",
+                    answer.id
+                ))
+            }
+            (None, Some(label)) => {
+                let found = self.asked.options.iter().find(|o| &o.label == label);
+                answer.option = found.map(|o| o.id.clone());
+            }
+            _ => {}
+        }
+        self.answer = Some(answer);
+        self.state = QuestionStatus::Answered;
+        Ok(())
+    }
+}
+
+/// At most this much of a caller's value is repeated in an error.
+fn shown(s: &str) -> String {
+    s.chars().take(80).collect()
 }
 
 impl SessionState {
@@ -94,33 +161,54 @@ impl SessionState {
         Ok(q)
     }
 
-    /// Answers an open question with one of its labels, free text, or both.
+    /// Answers an open question with one of its options (by id, or by label, the deprecated
+    /// alias), free text, or both. The answer records the option's id and its label as offered.
     pub fn decide_answer(
         &self,
         id: &str,
-        label: Option<String>,
-        text: Option<String>,
+        reply: Reply,
         by: Option<String>,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
         let q = self.open_question(id)?;
-        let text = text.filter(|t| !t.trim().is_empty());
-        if label.is_none() && text.is_none() {
-            return Err(DomainError::EmptyAnswer);
-        }
-        if let Some(l) = &label {
-            if !q.asked.options.contains(l) {
-                return Err(DomainError::UnknownLabel {
-                    label: l.clone(),
-                    options: q.asked.options.clone(),
-                });
+        let text = reply.text.filter(|t| !t.trim().is_empty());
+        let by_label = |label: &str| {
+            q.asked
+                .options
+                .iter()
+                .find(|o| o.label == label)
+                .ok_or_else(|| DomainError::UnknownLabel {
+                    label: shown(label),
+                    options: q.asked.options.iter().map(|o| o.label.clone()).collect(),
+                })
+        };
+        let chosen = match (reply.option.as_deref(), reply.label.as_deref()) {
+            (Some(option), label) => {
+                let o = q.option(option).ok_or_else(|| DomainError::UnknownOption {
+                    option: shown(option),
+                    options: q.asked.options.iter().map(|o| o.id.clone()).collect(),
+                })?;
+                // Both given must name the same option: an answer is never ambiguous.
+                if let Some(label) = label.filter(|l| *l != o.label) {
+                    return Err(DomainError::LabelMismatch {
+                        label: shown(label),
+                        option: o.id.clone(),
+                    });
+                }
+                Some(o)
             }
+            (None, Some(label)) => Some(by_label(label)?),
+            (None, None) => None,
+        };
+        if chosen.is_none() && text.is_none() {
+            return Err(DomainError::EmptyAnswer);
         }
         if text.is_some() && !q.asked.allow_text {
             return Err(DomainError::TextNotAllowed(id.to_owned()));
         }
         let answer = EventKind::QuestionAnswered(QuestionAnswered {
             id: id.to_owned(),
-            label,
+            option: chosen.map(|o| o.id.clone()),
+            label: chosen.map(|o| o.label.clone()),
             text,
             by,
         });

@@ -63,11 +63,15 @@ pub enum DomainError {
         id: String,
         state: super::questions::QuestionStatus,
     },
-    #[error("`{label}` is not an option of this question; choose one of {options:?}")]
+    #[error("`{label}` is not an option label of this question; answer with an `option` id, or one of the labels {options:?}")]
     UnknownLabel { label: String, options: Vec<String> },
+    #[error("`{option}` is not an option of this question; choose one of {options:?}")]
+    UnknownOption { option: String, options: Vec<String> },
+    #[error("`label` `{label}` is not the label of option `{option}`; send the option id alone")]
+    LabelMismatch { label: String, option: String },
     #[error("question `{0}` does not accept free text")]
     TextNotAllowed(String),
-    #[error("an answer needs a `label` or a non-empty `text`")]
+    #[error("an answer needs an `option` or a non-empty `text`")]
     EmptyAnswer,
     #[error("agent `{0}` is running a turn; try again when it is idle")]
     TurnRunning(AgentId),

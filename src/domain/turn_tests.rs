@@ -5,6 +5,8 @@ use serde_json::json;
 
 use super::*;
 use crate::domain::agent::reason;
+use crate::domain::event::{OptionKind, QuestionOption};
+use crate::domain::questions::Reply;
 use crate::domain::session::decide_create;
 use crate::domain::{EventId, FoldError, Recorded};
 
@@ -180,7 +182,14 @@ fn a_reused_call_id_asks_a_new_question_for_each_occurrence() {
     commit(&mut s, asked).unwrap();
     assert_eq!(s.next(&main(), TURN, r), Next::Wait);
     let (_, events) = s
-        .decide_answer(&q1.id, Some("Keep planning".into()), None, None)
+        .decide_answer(
+            &q1.id,
+            crate::domain::questions::Reply {
+                option: Some("keep_planning".into()),
+                ..Default::default()
+            },
+            None,
+        )
         .unwrap();
     commit(&mut s, events).unwrap();
     let (_, events) = s.decide_tool(&main(), TURN, r).unwrap();
@@ -243,4 +252,126 @@ fn recorded_call_ids_are_unique_within_an_answer_whatever_the_provider_sent() {
     let ids: Vec<&str> = m.tool_calls.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids, ["a", "call-1-1-1-1", "call-1-1-1", "call-1-1-3"]);
     commit(&mut s, events).unwrap();
+}
+
+/// A plan review open on `main`: the session and the question's id. `relabel` may change the
+/// offered labels before the question is recorded (a localized review).
+fn review_open(relabel: impl FnOnce(&mut Vec<QuestionOption>)) -> (SessionState, String) {
+    let mut s = running(true);
+    start_step(&mut s, 1, 50);
+    answer(&mut s, (1, 1), vec![call(EXIT_TOOL, "call_0")]);
+    let (_, mut asked) = s.decide_tool(&main(), TURN, rules(50)).unwrap();
+    let EventKind::QuestionAsked(q) = &mut asked[0].kind else {
+        panic!("{asked:?}");
+    };
+    relabel(&mut q.options);
+    let id = q.id.clone();
+    commit(&mut s, asked).unwrap();
+    (s, id)
+}
+
+fn reply(option: Option<&str>, label: Option<&str>) -> Reply {
+    Reply {
+        option: option.map(str::to_owned),
+        label: label.map(str::to_owned),
+        text: None,
+    }
+}
+
+/// Answers, then returns whether the waiting `exit_plan_mode` call succeeded.
+fn decided(mut s: SessionState, qid: &str, reply: Reply) -> bool {
+    let (_, events) = s.decide_answer(qid, reply, None).unwrap();
+    commit(&mut s, events).unwrap();
+    let (_, events) = s.decide_tool(&main(), TURN, rules(50)).unwrap();
+    let EventKind::ToolResult(r) = &events[0].kind else {
+        panic!("{events:?}");
+    };
+    r.ok
+}
+
+#[test]
+fn a_review_is_decided_by_the_chosen_options_kind_whatever_its_label_says() {
+    // A mischievous translation: the approving option is labelled like the other one's id.
+    let swap = |o: &mut Vec<QuestionOption>| {
+        o[0].label = "Weiter planen".into();
+        o[1].label = "Approve".into();
+    };
+    let (s, qid) = review_open(swap);
+    assert!(decided(s.clone(), &qid, reply(Some("approve"), None)));
+    assert!(!decided(s.clone(), &qid, reply(Some("keep_planning"), None)));
+    assert!(
+        !decided(s, &qid, reply(None, Some("Approve"))),
+        "the label `Approve` names the keep-planning option here"
+    );
+}
+
+#[test]
+fn an_answer_records_the_option_id_and_its_label_and_refuses_what_it_cannot_name() {
+    let (s, qid) = review_open(|_| {});
+    let (_, events) = s
+        .decide_answer(&qid, reply(None, Some("Keep planning")), Some("key:k1".into()))
+        .unwrap();
+    let EventKind::QuestionAnswered(a) = &events[0].kind else {
+        panic!("{events:?}");
+    };
+    assert_eq!(a.option.as_deref(), Some("keep_planning"));
+    assert_eq!(a.label.as_deref(), Some("Keep planning"));
+    let refused = |r: Reply| s.decide_answer(&qid, r, None).unwrap_err();
+    assert!(matches!(
+        refused(reply(Some("Approve"), None)),
+        DomainError::UnknownOption { options, .. } if options == ["approve", "keep_planning"]
+    ));
+    assert!(matches!(
+        refused(reply(None, Some("Genehmigen"))),
+        DomainError::UnknownLabel { .. }
+    ));
+    assert!(matches!(
+        refused(reply(Some("approve"), Some("Keep planning"))),
+        DomainError::LabelMismatch { .. }
+    ));
+    assert_eq!(refused(reply(None, None)), DomainError::EmptyAnswer);
+    assert!(s
+        .decide_answer(&qid, reply(Some("approve"), Some("Approve")), None)
+        .is_ok());
+}
+
+#[test]
+fn an_old_log_with_plain_label_options_and_a_label_answer_folds_and_decides() {
+    let mut s = running(true);
+    start_step(&mut s, 1, 50);
+    answer(&mut s, (1, 1), vec![call(EXIT_TOOL, "call_0")]);
+    let (_, asked) = s.decide_tool(&main(), TURN, rules(50)).unwrap();
+    // The entry as a build before option ids wrote it.
+    let mut data: serde_json::Value =
+        serde_json::from_str(&asked[0].kind.data_json().unwrap()).unwrap();
+    data["options"] = json!(["Approve", "Keep planning"]);
+    let old = |ty: &str, data: &serde_json::Value| {
+        let kind = EventKind::from_parts(ty, data.to_string().as_bytes()).unwrap();
+        vec![NewEvent::new(&main(), kind)]
+    };
+    commit(&mut s, old("question/asked", &data)).unwrap();
+    let qid = data["id"].as_str().unwrap();
+    let kinds: Vec<_> = s.questions[qid].asked.options.iter().map(|o| o.kind).collect();
+    assert_eq!(kinds, [OptionKind::Approve, OptionKind::KeepPlanning]);
+    // Still open: a new client answers it by id.
+    assert!(decided(s.clone(), qid, reply(Some("approve"), None)));
+    // Answered by an old build: the label is resolved to the option.
+    commit(&mut s, old("question/answered", &json!({"id": qid, "label": "Approve"}))).unwrap();
+    assert_eq!(s.questions[qid].view().answer.unwrap().option.as_deref(), Some("approve"));
+    let (_, events) = s.decide_tool(&main(), TURN, rules(50)).unwrap();
+    assert!(matches!(&events[0].kind, EventKind::ToolResult(r) if r.ok));
+}
+
+#[test]
+fn the_fold_refuses_an_answer_naming_an_option_the_question_did_not_offer() {
+    let (mut s, qid) = review_open(|_| {});
+    let forged = EventKind::QuestionAnswered(crate::domain::event::QuestionAnswered {
+        id: qid,
+        option: Some("yes".into()),
+        label: None,
+        text: None,
+        by: None,
+    });
+    let err = commit(&mut s, vec![NewEvent::new(&main(), forged)]).unwrap_err();
+    assert!(err.reason.contains("did not offer"), "{err}");
 }

@@ -67,6 +67,8 @@ pub enum Code {
     StreamQuota,
     /// The event store is out of memory: nothing can be written until space is freed.
     StoreFull,
+    /// An answer names an option id the question does not offer.
+    UnknownOption,
     LogCorrupt,
     Internal,
 }
@@ -84,8 +86,8 @@ impl Code {
             QuestionClosed | TurnRunning | AgentLimit => StatusCode::CONFLICT,
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            InvalidBody | OwnerNotFound | UnknownLabel | TextNotAllowed | EmptyAnswer
-            | InvalidForkPoint => StatusCode::UNPROCESSABLE_ENTITY,
+            InvalidBody | OwnerNotFound | UnknownLabel | UnknownOption | TextNotAllowed
+            | EmptyAnswer | InvalidForkPoint => StatusCode::UNPROCESSABLE_ENTITY,
             WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized | TokenExpired => StatusCode::UNAUTHORIZED,
             InsufficientScope | CorsRefused => StatusCode::FORBIDDEN,
@@ -167,7 +169,11 @@ impl From<ServiceError> for ApiError {
                     DomainError::OwnerNotFound(_) => Code::OwnerNotFound,
                     DomainError::QuestionNotFound(_) => Code::QuestionNotFound,
                     DomainError::QuestionClosed { .. } => Code::QuestionClosed,
-                    DomainError::UnknownLabel { .. } => Code::UnknownLabel,
+                    // `label` is the deprecated alias of `option`: its refusals keep their code.
+                    DomainError::UnknownLabel { .. } | DomainError::LabelMismatch { .. } => {
+                        Code::UnknownLabel
+                    }
+                    DomainError::UnknownOption { .. } => Code::UnknownOption,
                     DomainError::TextNotAllowed(_) => Code::TextNotAllowed,
                     DomainError::EmptyAnswer => Code::EmptyAnswer,
                     DomainError::TurnRunning(_) => Code::TurnRunning,

@@ -20,6 +20,7 @@ pub mod cors;
 pub mod error;
 mod events;
 pub mod guard;
+mod lists;
 mod metrics;
 mod plan;
 mod questions;
@@ -183,9 +184,11 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(system::healthz)
         .service(system::readyz)
         .service(sessions::create_session)
+        .service(lists::list_sessions)
         .service(sessions::get_session)
         .service(sessions::delete_session)
         .service(sessions::spawn_agent)
+        .service(lists::list_agents)
         .service(sessions::get_agent)
         .service(sessions::read_log)
         .service(plan::get_plan)
@@ -198,6 +201,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(commands::list_commands)
         .service(commands::run_command)
         .service(questions::list_questions)
+        .service(questions::get_question)
         .service(questions::answer)
         .service(questions::dismiss)
         .service(sessions::fork_session)

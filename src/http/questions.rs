@@ -7,7 +7,7 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{session_id, ApiError, Code, Problem, State};
-use crate::domain::questions::{QuestionStatus, QuestionView};
+use crate::domain::questions::{QuestionStatus, QuestionView, Reply};
 use crate::domain::{AgentId, SessionId};
 use crate::service::Decided;
 
@@ -15,7 +15,12 @@ use crate::service::Decided;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct QuestionQuery {
-    /// `open` (default) or `all`.
+    /// Which questions: `open` (the default), `answered`, `dismissed`, `aborted` (closed
+    /// because their turn ended) or `all`.
+    #[param(example = "open")]
+    pub status: Option<String>,
+    /// Deprecated alias of `status` (same values); if both are given they must agree.
+    #[deprecated = "use `status`"]
     pub state: Option<String>,
 }
 
@@ -24,9 +29,41 @@ pub struct QuestionList {
     pub questions: Vec<QuestionView>,
 }
 
-/// The session's questions, oldest first.
+/// The statuses `status` selects, `None` for all.
+#[allow(deprecated)] // reads the alias
+fn status_filter(query: &QuestionQuery) -> Result<Option<QuestionStatus>, ApiError> {
+    let wanted = match (query.status.as_deref(), query.state.as_deref()) {
+        (Some(status), Some(state)) if status != state => {
+            return Err(ApiError::new(
+                Code::InvalidQuery,
+                "`state` is a deprecated alias of `status`; send only `status`",
+            ))
+        }
+        (Some(v), _) | (None, Some(v)) => v,
+        (None, None) => "open",
+    };
+    Ok(Some(match wanted {
+        "all" => return Ok(None),
+        "open" => QuestionStatus::Open,
+        "answered" => QuestionStatus::Answered,
+        "dismissed" => QuestionStatus::Dismissed,
+        "aborted" => QuestionStatus::Aborted,
+        other => {
+            return Err(ApiError::new(
+                Code::InvalidQuery,
+                format!(
+                    "status must be `open`, `answered`, `dismissed`, `aborted` or `all`, not `{}`",
+                    other.chars().take(40).collect::<String>()
+                ),
+            ))
+        }
+    }))
+}
+
+/// The session's questions, oldest first: the open ones unless `status` asks for others.
 #[utoipa::path(
     tag = "questions",
+    operation_id = "listQuestions",
     params(("sid" = String, Path, description = "Session id"), QuestionQuery),
     responses(
         (status = 200, body = QuestionList),
@@ -43,34 +80,66 @@ pub async fn list_questions(
 ) -> Result<web::Json<QuestionList>, ApiError> {
     state.require_questions()?;
     let sid = session_id(&path)?;
+    let wanted = status_filter(&query)?;
     state.guard(&caller, &sid, None, auth::READ).await?;
-    let all = match query.state.as_deref() {
-        None | Some("open") => false,
-        Some("all") => true,
-        Some(other) => {
-            return Err(ApiError::new(
-                Code::InvalidQuery,
-                format!("state must be `open` or `all`, not `{other}`"),
-            ))
-        }
-    };
     let session = state.sessions.state(&sid).await?;
     let mut questions: Vec<_> = session
         .questions
         .values()
-        .filter(|q| all || q.state == QuestionStatus::Open)
+        .filter(|q| wanted.is_none_or(|w| q.state == w))
         .map(|q| q.view())
         .collect();
     questions.sort_by_key(|q| q.asked_at);
     Ok(web::Json(QuestionList { questions }))
 }
 
+/// One question of the session, in whatever state it is (404 `question-not-found` for an id
+/// the session never asked).
+#[utoipa::path(
+    tag = "questions",
+    operation_id = "getQuestion",
+    params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
+    responses(
+        (status = 200, body = QuestionView),
+        (status = "4XX", body = Problem, content_type = "application/problem+json"),
+        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/sessions/{sid}/questions/{qid}")]
+pub async fn get_question(
+    state: State,
+    caller: Caller,
+    path: web::Path<(String, String)>,
+) -> Result<web::Json<QuestionView>, ApiError> {
+    state.require_questions()?;
+    let (sid, qid) = question_ids(&path)?;
+    state.guard(&caller, &sid, None, auth::READ).await?;
+    let session = state.sessions.state(&sid).await?;
+    let question = session.questions.get(&qid).map(|q| q.view());
+    question.map(web::Json).ok_or_else(|| missing(&qid))
+}
+
+fn missing(qid: &str) -> ApiError {
+    ApiError::new(
+        Code::QuestionNotFound,
+        format!("question `{qid}` does not exist"),
+    )
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"option": "keep_planning", "text": "Also cover SSO logins."}))]
 pub struct AnswerBody {
-    /// One of the question's options, e.g. `Approve` or `Keep planning`.
+    /// The `id` of one of the question's options, e.g. `approve` or `keep_planning`; an id it
+    /// does not offer gets 422 `unknown-option`.
+    #[schema(example = "approve")]
+    pub option: Option<String>,
+    /// Deprecated: names an option by its label as offered (`Approve`), so it breaks as soon
+    /// as a label is localized; send `option` instead. A label that is not offered gets 422
+    /// `unknown-label`, and so does one that names another option than `option`.
+    #[schema(deprecated)]
     pub label: Option<String>,
-    /// Free text (when the question allows it), alone or with a label.
+    /// Free text (when the question allows it), alone or with an option.
     pub text: Option<String>,
 }
 
@@ -117,16 +186,12 @@ async fn guard_question(
 /// The question as the close left it.
 fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, ApiError> {
     let question = done.state.questions.get(qid).map(|q| q.view());
-    question.map(web::Json).ok_or_else(|| {
-        ApiError::new(
-            Code::QuestionNotFound,
-            format!("question `{qid}` does not exist"),
-        )
-    })
+    question.map(web::Json).ok_or_else(|| missing(qid))
 }
 
-/// Answer an open question with a `label`, free `text`, or both. The first answer wins: a
-/// later answer or dismiss gets 409 and appends nothing.
+/// Answer an open question with an `option` id, free `text`, or both. The first answer wins: a
+/// later answer or dismiss gets 409 and appends nothing. The recorded answer names the option
+/// by id (and its label, for readability); a plan review decides by the option's `kind`.
 #[utoipa::path(
     tag = "questions",
     params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
@@ -148,10 +213,18 @@ pub async fn answer(
     let (sid, qid) = question_ids(&path)?;
     guard_question(&state, &caller, &sid, &qid).await?;
     let by = caller.principal();
-    let AnswerBody { label, text } = body.into_inner();
-    let decide = |s: &crate::domain::SessionState| {
-        s.decide_answer(&qid, label.clone(), text.clone(), by.clone())
+    let AnswerBody {
+        option,
+        label,
+        text,
+    } = body.into_inner();
+    let reply = Reply {
+        option,
+        label,
+        text,
     };
+    let decide =
+        |s: &crate::domain::SessionState| s.decide_answer(&qid, reply.clone(), by.clone());
     let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }

@@ -1,6 +1,8 @@
 //! The storage seam for limits that must hold across replicas: a request-rate bucket per API
 //! key, and per-tenant quotas (counted sets of live things, a per-window call counter, and the
-//! tenant's own overrides of the server-wide limits).
+//! tenant's own overrides of the server-wide limits). The counted set of live sessions doubles
+//! as the tenant's session list: beside it, each session's place in the creation order, kept
+//! and dropped together with it, so the list shows exactly the sessions the quota counts.
 //!
 //! Every check is one atomic step in the store (one Lua script on one key in Redis, one lock
 //! in memory) on the store's own clock, so replicas with drifting clocks still agree. Keys are
@@ -100,6 +102,28 @@ impl TenantOverrides {
     }
 }
 
+/// A live session in a page of its tenant's sessions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub id: String,
+    /// Its place in the tenant's creation order: unique, larger for a later session.
+    pub order: u64,
+    /// When it stops counting unless written again (ms since the epoch); `None`: never.
+    pub expires_at: Option<u64>,
+}
+
+/// A page of a tenant's live sessions, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionPage {
+    pub sessions: Vec<Listed>,
+    /// Where the next page starts (an `order` to list before), when there may be one.
+    pub resume: Option<u64>,
+}
+
+/// Index reads one page may spend skipping deleted or expired sessions (each reads a page's
+/// worth and drops those it finds), so a page is bounded work even after mass expiry.
+pub const LIST_READS: usize = 4;
+
 /// A member to refresh in a counted set: `(tenant, set, member)`.
 pub type Refresh = (String, CountedSet, String);
 
@@ -111,7 +135,8 @@ pub trait LimitStore: Send + Sync + 'static {
 
     /// Adds `member` to the tenant's `set` with an expiry `ttl_ms` from now (0: never) if the
     /// set holds fewer than `max` live members or already holds `member` (then only its expiry
-    /// moves). A few expired members are dropped on the way.
+    /// moves). A few expired members are dropped on the way. A new session also takes the
+    /// next place in its tenant's creation order, which [`Self::list_sessions`] pages through.
     fn admit<'a>(
         &'a self,
         tenant: &'a str,
@@ -136,7 +161,18 @@ pub trait LimitStore: Send + Sync + 'static {
         ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<()>>;
 
-    /// Removes `member` from the tenant's `set`.
+    /// Up to `limit` of the tenant's live sessions (admitted, not released, not expired),
+    /// newest first, created before `before` (an [`Listed::order`]) when given. A page costs at
+    /// most [`LIST_READS`] index reads of `limit + 1` members, never a scan; deleted and expired
+    /// members met on the way are dropped from the index and the count alike.
+    fn list_sessions<'a>(
+        &'a self,
+        tenant: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<SessionPage>>;
+
+    /// Removes `member` from the tenant's `set` (a session from the list too).
     fn release<'a>(
         &'a self,
         tenant: &'a str,

@@ -24,7 +24,9 @@ mod redis_keys;
 mod wire;
 
 pub use self::keys::{FileKeys, KeyRecord, KeyStore};
-pub use self::limits::{Admission, Bucket, CountedSet, LimitStore, TenantOverrides};
+pub use self::limits::{
+    Admission, Bucket, CountedSet, LimitStore, Listed, SessionPage, TenantOverrides,
+};
 pub use self::memory::{MemoryLeases, MemoryLimits, MemoryLog};
 pub use self::redis::{RedisLeases, RedisLimits, RedisLog};
 

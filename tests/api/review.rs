@@ -42,7 +42,10 @@ on_both_stores! {
         let (_, q) = plan_and_await_review(&app, &sid, "fix the login bug").await;
         assert!(q["id"].as_str().unwrap().starts_with("plan-review"));
         assert_eq!(q["intent"], json!({"kind": "plan-review", "approve": "Approve"}));
-        assert_eq!(q["options"], json!(["Approve", "Keep planning"]));
+        assert_eq!(q["options"], json!([
+            {"id": "approve", "kind": "approve", "label": "Approve"},
+            {"id": "keep_planning", "kind": "keep_planning", "label": "Keep planning"}
+        ]));
         assert_eq!(q["allow_text"], true);
         assert_eq!(q["state"], "open");
         // The detail is the plan exactly as the model wrote it.
@@ -59,7 +62,7 @@ on_both_stores! {
         let (turn, q) = plan_and_await_review(&app, &sid, "fix the login bug").await;
         let answered = app.answer(&sid, q["id"].as_str().unwrap(), json!({"label": "Keep planning", "text": "Also cover SSO logins."})).await.ok();
         assert_eq!(answered["state"], "answered");
-        assert_eq!(answered["answer"], json!({"label": "Keep planning", "text": "Also cover SSO logins."}));
+        assert_eq!(answered["answer"], json!({"option": "keep_planning", "label": "Keep planning", "text": "Also cover SSO logins."}));
 
         let revised = app.await_question(&sid).await;
         assert_ne!(revised["id"], q["id"]);
@@ -162,7 +165,7 @@ on_both_stores! {
         app.dismiss(&sid, qid).await.assert_problem(409, "question-closed");
         assert_eq!(app.events(&sid).await, settled, "the refused calls appended nothing");
         let answers: Vec<Value> = app.events_of_type(&sid, "question/answered").await.into_iter().map(|e| e["data"].clone()).collect();
-        assert_eq!(answers, vec![json!({"id": qid, "label": "Keep planning"})], "the first answer won");
+        assert_eq!(answers, vec![json!({"id": qid, "option": "keep_planning", "label": "Keep planning"})], "the first answer won");
     }
 
     async fn plan_off_selects_inactive_without_model_input_and_cancels_a_pending_entry(app: TestApp) {

@@ -12,7 +12,9 @@ use super::ids::{AgentId, EventId};
 /// Version of the event schema written into every entry (`v`).
 pub const SCHEMA_VERSION: u16 = 1;
 
+pub mod options;
 mod payloads;
+pub use options::{OptionKind, QuestionOption};
 pub use payloads::*;
 
 /// What happened. `type` names it; `data` carries its payload.
@@ -170,6 +172,18 @@ pub(crate) mod rfc3339_ms {
             .map_err(serde::de::Error::custom)?
             .as_millis();
         Ok(ms as u64)
+    }
+}
+
+/// [`rfc3339_ms`] for an optional time.
+pub(crate) mod rfc3339_ms_opt {
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(ms: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match ms {
+            Some(ms) => super::rfc3339_ms::serialize(ms, s),
+            None => s.serialize_none(),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::options::QuestionOption;
 use crate::domain::ids::{AgentId, EventId, SessionId, TenantId};
 
 /// Where a forked session came from.
@@ -221,13 +222,14 @@ pub struct ToolResult {
 }
 
 /// How a capable UI should present a question; others render a generic option list and
-/// return the same labels.
+/// answer with the same option ids.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Intent {
     /// e.g. `plan-review`.
     pub kind: String,
-    /// The option label that approves.
+    /// The label of the approving option, for UIs older than option kinds; decide by the
+    /// option whose `kind` is `approve` instead.
     pub approve: String,
 }
 
@@ -240,8 +242,10 @@ pub struct QuestionAsked {
     pub title: String,
     /// Markdown; untrusted content (render sanitized).
     pub detail: String,
-    /// The answer labels to offer.
-    pub options: Vec<String>,
+    /// The answers to offer, each with a stable id and a kind (logs older than option ids hold
+    /// plain labels here; they read back as options, see [`super::options`]).
+    #[serde(deserialize_with = "super::options::deserialize")]
+    pub options: Vec<QuestionOption>,
     /// Whether a free-text answer is accepted.
     pub allow_text: bool,
     /// The turn and tool call waiting for the answer.
@@ -253,6 +257,12 @@ pub struct QuestionAsked {
 #[serde(deny_unknown_fields)]
 pub struct QuestionAnswered {
     pub id: String,
+    /// The id of the chosen option (absent in logs older than option ids, which name the
+    /// option by `label`; the fold resolves it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "approve")]
+    pub option: Option<String>,
+    /// The chosen option's label when it was answered, for a human reading the log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,13 +5,12 @@ use serde_json::{json, Value};
 
 use super::{decide_set, EXIT_TOOL};
 use crate::domain::agent::OpenCall;
-use crate::domain::event::{EventKind, Intent, QuestionAsked, ToolCall};
+use crate::domain::event::options::{APPROVE, KEEP_PLANNING};
+use crate::domain::event::{EventKind, Intent, OptionKind, QuestionAsked, QuestionOption, ToolCall};
 use crate::domain::questions::QuestionStatus;
 use crate::domain::{AgentId, SessionState};
 
 pub const REVIEW_KIND: &str = "plan-review";
-pub const APPROVE: &str = "Approve";
-pub const KEEP_PLANNING: &str = "Keep planning";
 
 /// What an `exit_plan_mode` call does next.
 #[derive(Clone, Debug, PartialEq)]
@@ -86,11 +85,14 @@ pub fn review(
             id: format!("{REVIEW_KIND}-{}", state.seq + 1),
             intent: Some(Intent {
                 kind: REVIEW_KIND.into(),
-                approve: APPROVE.into(),
+                approve: APPROVE.1.into(),
             }),
             title: "Review the plan".into(),
             detail: plan,
-            options: vec![APPROVE.into(), KEEP_PLANNING.into()],
+            options: vec![
+                QuestionOption::new(APPROVE.0, OptionKind::Approve, APPROVE.1),
+                QuestionOption::new(KEEP_PLANNING.0, OptionKind::KeepPlanning, KEEP_PLANNING.1),
+            ],
             allow_text: true,
             turn: turn.to_owned(),
             call_id: call.id.clone(),
@@ -98,7 +100,8 @@ pub fn review(
     };
     match (q.state, q.answer.as_ref()) {
         (QuestionStatus::Open, _) => ReviewStep::Wait,
-        (QuestionStatus::Answered, Some(ans)) if ans.label.as_deref() == Some(APPROVE) => {
+        // Decided by the chosen option's kind: no label, however worded, changes the outcome.
+        (QuestionStatus::Answered, Some(ans)) if q.chosen_kind() == Some(OptionKind::Approve) => {
             // Leaving is queued for the next step's pre-step; this batch is not rewritten.
             let (_, exit) = decide_set(a.plan.view(), true, false);
             let mut result = json!({ "approved": true });
@@ -114,7 +117,7 @@ pub fn review(
         (QuestionStatus::Answered, ans) => {
             let feedback = ans
                 .and_then(|a| a.text.clone().or_else(|| a.label.clone()))
-                .unwrap_or_else(|| KEEP_PLANNING.into());
+                .unwrap_or_else(|| KEEP_PLANNING.1.into());
             let mut result = json!({
                 "reason": "rejected",
                 "feedback": feedback,

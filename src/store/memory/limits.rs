@@ -1,13 +1,14 @@
 //! Limits for the embedded in-memory store: the same buckets, counted sets and windows as the
 //! Redis scripts, under one lock, so a single process has the same limits as a Redis fleet.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use futures_util::future::BoxFuture;
 
 use super::super::limits::{
-    gcra, Admission, Bucket, CountedSet, LimitStore, Refresh, TenantOverrides,
+    gcra, Admission, Bucket, CountedSet, LimitStore, Listed, Refresh, SessionPage,
+    TenantOverrides, LIST_READS,
 };
 use super::super::{now_ms, StoreResult};
 
@@ -22,9 +23,47 @@ struct State {
     buckets: HashMap<String, f64>,
     /// (tenant, set) → member → expiry (ms).
     sets: HashMap<(String, CountedSet), HashMap<String, u64>>,
+    /// Tenant → its sessions' creation order, both ways (as `:sessions:order` in Redis).
+    orders: HashMap<String, Order>,
     /// Tenant → (calls this window, when the window ends in ms).
     windows: HashMap<String, (u64, u64)>,
     overrides: HashMap<String, TenantOverrides>,
+}
+
+/// One tenant's sessions by creation order (unique, increasing) and back.
+#[derive(Default)]
+struct Order {
+    by_order: BTreeMap<u64, String>,
+    of: HashMap<String, u64>,
+}
+
+impl Order {
+    fn push(&mut self, member: &str) {
+        let last = self.by_order.keys().next_back().copied().unwrap_or(0);
+        let order = now_us().max(last as f64 + 1.0) as u64;
+        self.by_order.insert(order, member.to_owned());
+        self.of.insert(member.to_owned(), order);
+    }
+
+    fn remove(&mut self, member: &str) {
+        if let Some(order) = self.of.remove(member) {
+            self.by_order.remove(&order);
+        }
+    }
+}
+
+impl State {
+    /// Drops `member` from the tenant's set, and from its creation order for a session.
+    fn forget(&mut self, tenant: &str, set: CountedSet, member: &str) {
+        if let Some(members) = self.sets.get_mut(&(tenant.to_owned(), set)) {
+            members.remove(member);
+        }
+        if set == CountedSet::Sessions {
+            if let Some(order) = self.orders.get_mut(tenant) {
+                order.remove(member);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -89,8 +128,9 @@ impl LimitStore for MemoryLimits {
                 .take(CLEANUP)
                 .collect();
             for m in stale {
-                members.remove(&m);
+                s.forget(tenant, set, &m);
             }
+            let members = s.sets.entry((tenant.to_owned(), set)).or_default();
             let expiry = if ttl_ms > 0 { now + ttl_ms } else { NEVER };
             if members.get(member).is_some_and(|e| *e >= now) {
                 members.insert(member.to_owned(), expiry);
@@ -105,6 +145,9 @@ impl LimitStore for MemoryLimits {
                 };
             }
             members.insert(member.to_owned(), expiry);
+            if set == CountedSet::Sessions {
+                s.orders.entry(tenant.to_owned()).or_default().push(member);
+            }
             Admission::Admitted
         })
     }
@@ -144,10 +187,53 @@ impl LimitStore for MemoryLimits {
         set: CountedSet,
         member: &'a str,
     ) -> BoxFuture<'a, StoreResult<()>> {
-        self.with(move |s, _| {
-            if let Some(members) = s.sets.get_mut(&(tenant.to_owned(), set)) {
-                members.remove(member);
+        self.with(move |s, _| s.forget(tenant, set, member))
+    }
+
+    fn list_sessions<'a>(
+        &'a self,
+        tenant: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<SessionPage>> {
+        self.with(move |s, now| {
+            let limit = limit.max(1);
+            let key = (tenant.to_owned(), CountedSet::Sessions);
+            let candidates: Vec<(u64, String)> = s.orders.get(tenant).map_or_else(Vec::new, |o| {
+                o.by_order
+                    .range(..before.unwrap_or(u64::MAX))
+                    .rev()
+                    .take(LIST_READS * (limit + 1))
+                    .map(|(order, m)| (*order, m.clone()))
+                    .collect()
+            });
+            let scanned_all = candidates.len() < LIST_READS * (limit + 1);
+            let mut page = SessionPage::default();
+            let mut dead = Vec::new();
+            let mut resume = None;
+            for (order, member) in candidates {
+                let expiry = s.sets.get(&key).and_then(|m| m.get(&member)).copied();
+                match expiry.filter(|e| *e >= now) {
+                    Some(_) if page.sessions.len() == limit => {
+                        page.resume = resume;
+                        break;
+                    }
+                    Some(e) => page.sessions.push(Listed {
+                        id: member,
+                        order,
+                        expires_at: (e < NEVER).then_some(e),
+                    }),
+                    None => dead.push(member),
+                }
+                resume = Some(order);
             }
+            if page.resume.is_none() && !scanned_all {
+                page.resume = resume;
+            }
+            for m in dead {
+                s.forget(tenant, CountedSet::Sessions, &m);
+            }
+            page
         })
     }
 

@@ -2,15 +2,20 @@
 //!
 //! Keys: `<prefix>:{k:<key id>}:rate` (a key's bucket, `rate.lua`), and per tenant
 //! `<prefix>:{t:<tenant>}:sessions|turns|streams` (counted sets, `admit.lua` / `refresh.lua`),
-//! `:calls` (the provider-call window, `window.lua`) and `:settings` (a hash of overrides).
-//! Every script declares its one key.
+//! `:sessions:order` (the sessions' creation order, kept by `admit.lua` beside the counted
+//! set and paged by `list.lua`), `:calls` (the provider-call window, `window.lua`) and
+//! `:settings` (a hash of overrides). Every script declares its keys, all of one tenant's
+//! slot.
 
 use futures_util::future::BoxFuture;
 use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
 use super::super::entries::int;
-use super::super::limits::{Admission, Bucket, CountedSet, LimitStore, Refresh, TenantOverrides};
+use super::super::limits::{
+    Admission, Bucket, CountedSet, LimitStore, Listed, Refresh, SessionPage, TenantOverrides,
+    LIST_READS,
+};
 use super::super::StoreResult;
 use super::{unavailable, RedisLog};
 
@@ -21,6 +26,7 @@ pub struct RedisLimits {
     admit: Script,
     refresh: Script,
     window: Script,
+    list: Script,
 }
 
 impl RedisLimits {
@@ -32,13 +38,58 @@ impl RedisLimits {
             admit: Script::new(include_str!("../admit.lua")),
             refresh: Script::new(include_str!("../refresh.lua")),
             window: Script::new(include_str!("../window.lua")),
+            list: Script::new(include_str!("../list.lua")),
         }
     }
 
     fn tenant_key(&self, tenant: &str, what: &str) -> String {
         format!("{}:{{t:{tenant}}}:{what}", self.prefix)
     }
+
+    /// The sessions' creation order, beside their counted set (same slot).
+    fn order_key(&self, tenant: &str) -> String {
+        self.tenant_key(tenant, "sessions:order")
+    }
 }
+
+/// A page as `list.lua` answers it: `{more, resume, member, order, expiry, …}`.
+fn session_page(reply: Value) -> StoreResult<SessionPage> {
+    let corrupt = || {
+        super::super::entries::corrupt("sessions", "the list script answered something else")
+    };
+    let Value::Array(items) = reply else {
+        return Err(corrupt());
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    };
+    // Scores come back as decimal strings; creation orders stay below 2^53, so exact.
+    let number = |v: &Value| text(v).and_then(|t| t.parse::<f64>().ok()).map(|f| f as u64);
+    let (Some(more), Some(resume)) = (items.first(), items.get(1)) else {
+        return Err(corrupt());
+    };
+    let mut page = SessionPage::default();
+    if matches!(more, Value::Int(1)) {
+        page.resume = Some(number(resume).ok_or_else(corrupt)?);
+    }
+    for chunk in items[2..].chunks(3) {
+        let [id, order, expiry] = chunk else {
+            return Err(corrupt());
+        };
+        let expiry = number(expiry).ok_or_else(corrupt)?;
+        page.sessions.push(Listed {
+            id: text(id).ok_or_else(corrupt)?,
+            order: number(order).ok_or_else(corrupt)?,
+            expires_at: (expiry < NEVER).then_some(expiry),
+        });
+    }
+    Ok(page)
+}
+
+/// The expiry `admit.lua` gives a member that never expires.
+const NEVER: u64 = 1_000_000_000_000_000;
 
 /// The integers of a script's array reply.
 fn ints(reply: &Value) -> Vec<i64> {
@@ -109,9 +160,11 @@ impl LimitStore for RedisLimits {
     ) -> BoxFuture<'a, StoreResult<Admission>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let reply: Value = self
-                .admit
-                .key(self.tenant_key(tenant, set.name()))
+            let mut admit = self.admit.key(self.tenant_key(tenant, set.name()));
+            if set == CountedSet::Sessions {
+                admit.key(self.order_key(tenant));
+            }
+            let reply: Value = admit
                 .arg(member)
                 .arg(ttl_ms)
                 .arg(max)
@@ -179,14 +232,44 @@ impl LimitStore for RedisLimits {
         member: &'a str,
     ) -> BoxFuture<'a, StoreResult<()>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
-            let _: Value = redis::cmd("ZREM")
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("ZREM")
                 .arg(self.tenant_key(tenant, set.name()))
                 .arg(member)
-                .query_async(&mut conn)
+                .ignore();
+            if set == CountedSet::Sessions {
+                pipe.cmd("ZREM")
+                    .arg(self.order_key(tenant))
+                    .arg(member)
+                    .ignore();
+            }
+            let mut conn = self.conn.clone();
+            let _: Value = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
+    fn list_sessions<'a>(
+        &'a self,
+        tenant: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<SessionPage>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let before = before.map_or_else(|| "+inf".to_owned(), |b| b.to_string());
+            let reply: Value = self
+                .list
+                .key(self.order_key(tenant))
+                .key(self.tenant_key(tenant, CountedSet::Sessions.name()))
+                .arg(before)
+                .arg(limit.max(1))
+                .arg(LIST_READS)
+                .invoke_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
-            Ok(())
+            session_page(reply)
         })
     }
 
