@@ -81,7 +81,7 @@ async function planFlow() {
   const q = asked.data;
   log(`review asked: ${q.title}`);
   from = events.mark();
-  const answered = await call("POST", `/v1/sessions/${sid}/questions/${q.id}/answer`, { label: q.intent.approve });
+  const answered = await call("POST", `/v1/sessions/${sid}/questions/${q.id}/answer`, { option: q.options.find((o) => o.kind === "approve").id });
   const [view, done] = await Promise.all([
     events.next(from, "plan/view", (v) => v.agent === "main" && v.active === false && v.pending === undefined),
     events.next(from, "assistant/message", (e) => e.agent === "main" && e.data.text.startsWith("Plan approved")),
