@@ -33,6 +33,14 @@ async function expectChip(text) {
   await page.waitForFunction((want) => document.getElementById("plan-chip").textContent === want, text, { timeout: 15000 });
 }
 
+// The plan PUT answers this problem until the test unroutes it.
+async function refusePlanPut(status, code) {
+  const body = JSON.stringify({ type: `urn:dsh-plan:problem:${code}`, title: "Refused", status, detail: code, code });
+  await page.route("**/agents/main/plan", (route) =>
+    route.request().method() === "PUT" ? route.fulfill({ status, contentType: "application/problem+json", body }) : route.continue(),
+  );
+}
+
 test("flow 1: a choice made while generating stays pending through Stop and commits at the next prompt", async () => {
   await newSession();
   await expectChip("Default");
@@ -98,11 +106,7 @@ test("flow 2: /plan, Keep planning with feedback, a revised plan, Approve, plan 
 test("flow 3: a failing plan request shows an error and keeps the confirmed state", async () => {
   await newSession();
   await expectChip("Default");
-  await page.route("**/agents/main/plan", (route) =>
-    route.request().method() === "PUT"
-      ? route.fulfill({ status: 500, contentType: "application/problem+json", body: JSON.stringify({ type: "urn:dsh-plan:problem:internal", title: "Internal Server Error", status: 500, detail: "boom", code: "internal" }) })
-      : route.continue(),
-  );
+  await refusePlanPut(500, "internal");
   await page.selectOption("#plan-select", "plan");
   await page.locator("#plan-error").waitFor({ state: "visible" });
   assert.equal(await page.locator("#plan-error").textContent(), "Could not change the mode. Try again.");
@@ -273,11 +277,7 @@ test("an unknown session shows a message, is forgotten, and the client stops ask
 test("a write refused with session-not-found stops the client too", async () => {
   await newSession();
   await expectChip("Default");
-  await page.route("**/agents/main/plan", (route) =>
-    route.request().method() === "PUT"
-      ? route.fulfill({ status: 404, contentType: "application/problem+json", body: JSON.stringify({ type: "urn:dsh-plan:problem:session-not-found", title: "Not Found", status: 404, detail: "no such session", code: "session-not-found" }) })
-      : route.continue(),
-  );
+  await refusePlanPut(404, "session-not-found");
   const watch = watchApi();
   await page.selectOption("#plan-select", "plan");
   await stoppedWith("This session does not exist or has expired. Start a new session.", watch);
