@@ -300,24 +300,48 @@ async fn expired_sessions_leave_the_list_and_the_quota_together_on_memory() {
     expired_sessions_leave_the_list_and_the_quota_together(None).await;
 }
 
-/// Copies a session's log under a new id, rewriting each entry's `data` with `rewrite`: a
-/// session as an older build would have recorded it.
-async fn copy_log(redis: &TestRedis, from: &str, to: &str, rewrite: impl Fn(&str, Value) -> Value) {
-    let mut conn = redis.conn().await;
-    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg(redis.key(from))
+/// The raw entries of a session's stream: id and field pairs.
+async fn entries(redis: &TestRedis, sid: &str) -> Vec<(String, Vec<(String, String)>)> {
+    redis::cmd("XRANGE")
+        .arg(redis.key(sid))
         .arg("-")
         .arg("+")
-        .query_async(&mut conn)
+        .query_async(&mut redis.conn().await)
         .await
-        .unwrap();
-    for (id, fields) in entries {
+        .unwrap()
+}
+
+/// An entry's `data` as a build before option ids recorded it: options as plain labels, an
+/// answer naming its option by label only.
+fn before_option_ids(ty: &str, mut data: Value) -> Value {
+    match ty {
+        "question/asked" => {
+            let labels: Vec<Value> = data["options"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["label"].clone())
+                .collect();
+            data["options"] = Value::Array(labels);
+        }
+        "question/answered" => {
+            data.as_object_mut().unwrap().remove("option");
+        }
+        _ => {}
+    }
+    data
+}
+
+/// Copies a session's log under a new id as a build before option ids would have recorded it.
+async fn copy_as_old_log(redis: &TestRedis, from: &str, to: &str) {
+    let mut conn = redis.conn().await;
+    for (id, fields) in entries(redis, from).await {
         let ty = fields.iter().find(|(k, _)| k == "type").unwrap().1.clone();
         let mut cmd = redis::cmd("XADD");
         cmd.arg(redis.key(to)).arg(&id);
         for (k, v) in fields {
             let v = match k.as_str() {
-                "data" => rewrite(&ty, serde_json::from_str(&v).unwrap()).to_string(),
+                "data" => before_option_ids(&ty, serde_json::from_str(&v).unwrap()).to_string(),
                 _ => v,
             };
             cmd.arg(k).arg(v);
@@ -333,20 +357,8 @@ async fn a_review_recorded_with_plain_label_options_still_folds_and_is_answered_
     let sid = app.create_session().await;
     let (_, q) = plan_and_await_review(&app, &sid, "x").await;
     let old = "0123456789abcdef0123456789abcdef";
-    copy_log(&redis, &sid, old, |ty, mut data| {
-        if ty == "question/asked" {
-            data["options"] = json!(["Approve", "Keep planning"]);
-        }
-        data
-    })
-    .await;
-    let raw: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg(redis.key(old))
-        .arg("-")
-        .arg("+")
-        .query_async(&mut redis.conn().await)
-        .await
-        .unwrap();
+    copy_as_old_log(&redis, &sid, old).await;
+    let raw = entries(&redis, old).await;
     let stored = raw
         .iter()
         .flat_map(|(_, f)| f)
@@ -396,16 +408,7 @@ async fn an_answer_recorded_by_label_alone_reads_back_with_its_option_id() {
         .ok();
     app.await_turn_end(&sid, &turn).await;
     let old = "fedcba9876543210fedcba9876543210";
-    copy_log(&redis, &sid, old, |ty, mut data| {
-        if ty == "question/asked" {
-            data["options"] = json!(["Approve", "Keep planning"]);
-        }
-        if ty == "question/answered" {
-            data.as_object_mut().unwrap().remove("option");
-        }
-        data
-    })
-    .await;
+    copy_as_old_log(&redis, &sid, old).await;
     let qid = q["id"].as_str().unwrap();
     let answered = app
         .get(&format!("/v1/sessions/{old}/questions/{qid}"))
