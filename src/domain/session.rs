@@ -66,7 +66,10 @@ pub enum DomainError {
     #[error("`{label}` is not an option label of this question; answer with an `option` id, or one of the labels {options:?}")]
     UnknownLabel { label: String, options: Vec<String> },
     #[error("`{option}` is not an option of this question; choose one of {options:?}")]
-    UnknownOption { option: String, options: Vec<String> },
+    UnknownOption {
+        option: String,
+        options: Vec<String>,
+    },
     #[error("`label` `{label}` is not the label of option `{option}`; send the option id alone")]
     LabelMismatch { label: String, option: String },
     #[error("question `{0}` does not accept free text")]

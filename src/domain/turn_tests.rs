@@ -298,7 +298,11 @@ fn a_review_is_decided_by_the_chosen_options_kind_whatever_its_label_says() {
     };
     let (s, qid) = review_open(swap);
     assert!(decided(s.clone(), &qid, reply(Some("approve"), None)));
-    assert!(!decided(s.clone(), &qid, reply(Some("keep_planning"), None)));
+    assert!(!decided(
+        s.clone(),
+        &qid,
+        reply(Some("keep_planning"), None)
+    ));
     assert!(
         !decided(s, &qid, reply(None, Some("Approve"))),
         "the label `Approve` names the keep-planning option here"
@@ -309,7 +313,11 @@ fn a_review_is_decided_by_the_chosen_options_kind_whatever_its_label_says() {
 fn an_answer_records_the_option_id_and_its_label_and_refuses_what_it_cannot_name() {
     let (s, qid) = review_open(|_| {});
     let (_, events) = s
-        .decide_answer(&qid, reply(None, Some("Keep planning")), Some("key:k1".into()))
+        .decide_answer(
+            &qid,
+            reply(None, Some("Keep planning")),
+            Some("key:k1".into()),
+        )
         .unwrap();
     let EventKind::QuestionAnswered(a) = &events[0].kind else {
         panic!("{events:?}");
@@ -351,13 +359,25 @@ fn an_old_log_with_plain_label_options_and_a_label_answer_folds_and_decides() {
     };
     commit(&mut s, old("question/asked", &data)).unwrap();
     let qid = data["id"].as_str().unwrap();
-    let kinds: Vec<_> = s.questions[qid].asked.options.iter().map(|o| o.kind).collect();
+    let kinds: Vec<_> = s.questions[qid]
+        .asked
+        .options
+        .iter()
+        .map(|o| o.kind)
+        .collect();
     assert_eq!(kinds, [OptionKind::Approve, OptionKind::KeepPlanning]);
     // Still open: a new client answers it by id.
     assert!(decided(s.clone(), qid, reply(Some("approve"), None)));
     // Answered by an old build: the label is resolved to the option.
-    commit(&mut s, old("question/answered", &json!({"id": qid, "label": "Approve"}))).unwrap();
-    assert_eq!(s.questions[qid].view().answer.unwrap().option.as_deref(), Some("approve"));
+    commit(
+        &mut s,
+        old("question/answered", &json!({"id": qid, "label": "Approve"})),
+    )
+    .unwrap();
+    assert_eq!(
+        s.questions[qid].view().answer.unwrap().option.as_deref(),
+        Some("approve")
+    );
     let (_, events) = s.decide_tool(&main(), TURN, rules(50)).unwrap();
     assert!(matches!(&events[0].kind, EventKind::ToolResult(r) if r.ok));
 }

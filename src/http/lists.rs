@@ -143,7 +143,11 @@ mod tests {
             assert_eq!(parse_cursor(&cursor(order)).unwrap(), order);
         }
         for bad in ["", "s", "18d2", "sxyz", "s-1", "s11111111111111111", "S1f"] {
-            assert_eq!(parse_cursor(bad).unwrap_err().code, Code::InvalidQuery, "{bad}");
+            assert_eq!(
+                parse_cursor(bad).unwrap_err().code,
+                Code::InvalidQuery,
+                "{bad}"
+            );
         }
     }
 }

@@ -223,8 +223,7 @@ pub async fn answer(
         label,
         text,
     };
-    let decide =
-        |s: &crate::domain::SessionState| s.decide_answer(&qid, reply.clone(), by.clone());
+    let decide = |s: &crate::domain::SessionState| s.decide_answer(&qid, reply.clone(), by.clone());
     let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }

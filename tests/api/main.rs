@@ -15,6 +15,7 @@ mod errors;
 mod failover;
 mod guard;
 mod integrity;
+mod lists;
 mod live;
 mod mock_provider;
 mod modes;

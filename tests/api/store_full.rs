@@ -84,6 +84,17 @@ async fn a_full_redis_refuses_writes_with_507_keeps_reads_and_fails_readiness_un
     for app in [&a, &b] {
         assert_eq!(app.session(&sid).await.ok()["last_event_id"], "2-0");
         assert_eq!(app.events(&sid).await.len(), 2);
+        let listed = app.get("/v1/sessions").await.ok();
+        let ids: Vec<&str> = listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap())
+            .collect();
+        assert!(
+            ids.contains(&sid.as_str()) && ids.contains(&spare.as_str()),
+            "{listed}"
+        );
     }
     for app in [&a, &b] {
         app.get("/readyz").await.assert_problem(503, "store-full");

@@ -134,7 +134,11 @@ mod tests {
 
     #[test]
     fn plain_labels_of_an_old_log_become_options_with_derived_ids_and_inferred_kinds() {
-        let options = read(serde_json::json!(["Approve", "Keep planning", "Use Redis 7.0!"]));
+        let options = read(serde_json::json!([
+            "Approve",
+            "Keep planning",
+            "Use Redis 7.0!"
+        ]));
         assert_eq!(
             options.unwrap(),
             vec![
@@ -160,7 +164,10 @@ mod tests {
             QuestionOption::new("keep_planning", OptionKind::KeepPlanning, "Weiter planen"),
         ];
         let json = serde_json::to_value(&written).unwrap();
-        assert_eq!(json[0], serde_json::json!({"id": "approve", "kind": "approve", "label": "Genehmigen"}));
+        assert_eq!(
+            json[0],
+            serde_json::json!({"id": "approve", "kind": "approve", "label": "Genehmigen"})
+        );
         assert_eq!(read(json).unwrap(), written);
         let twice = serde_json::json!([
             {"id": "a", "kind": "other", "label": "A"},

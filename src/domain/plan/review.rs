@@ -6,7 +6,9 @@ use serde_json::{json, Value};
 use super::{decide_set, EXIT_TOOL};
 use crate::domain::agent::OpenCall;
 use crate::domain::event::options::{APPROVE, KEEP_PLANNING};
-use crate::domain::event::{EventKind, Intent, OptionKind, QuestionAsked, QuestionOption, ToolCall};
+use crate::domain::event::{
+    EventKind, Intent, OptionKind, QuestionAsked, QuestionOption, ToolCall,
+};
 use crate::domain::questions::QuestionStatus;
 use crate::domain::{AgentId, SessionState};
 

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use futures_util::future::BoxFuture;
 
 use super::super::limits::{
-    gcra, Admission, Bucket, CountedSet, LimitStore, Listed, Refresh, SessionPage,
-    TenantOverrides, LIST_READS,
+    gcra, Admission, Bucket, CountedSet, LimitStore, Listed, Refresh, SessionPage, TenantOverrides,
+    LIST_READS,
 };
 use super::super::{now_ms, StoreResult};
 

@@ -54,9 +54,8 @@ impl RedisLimits {
 
 /// A page as `list.lua` answers it: `{more, resume, member, order, expiry, …}`.
 fn session_page(reply: Value) -> StoreResult<SessionPage> {
-    let corrupt = || {
-        super::super::entries::corrupt("sessions", "the list script answered something else")
-    };
+    let corrupt =
+        || super::super::entries::corrupt("sessions", "the list script answered something else");
     let Value::Array(items) = reply else {
         return Err(corrupt());
     };
@@ -66,7 +65,11 @@ fn session_page(reply: Value) -> StoreResult<SessionPage> {
         _ => None,
     };
     // Scores come back as decimal strings; creation orders stay below 2^53, so exact.
-    let number = |v: &Value| text(v).and_then(|t| t.parse::<f64>().ok()).map(|f| f as u64);
+    let number = |v: &Value| {
+        text(v)
+            .and_then(|t| t.parse::<f64>().ok())
+            .map(|f| f as u64)
+    };
     let (Some(more), Some(resume)) = (items.first(), items.get(1)) else {
         return Err(corrupt());
     };
