@@ -6,7 +6,7 @@ use actix_web::{get, post, web};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::{session_id, ApiError, Code, Problem, State};
+use super::{session_id, ApiError, Code, State};
 use crate::domain::questions::{QuestionStatus, QuestionView};
 use crate::domain::{AgentId, SessionId};
 use crate::service::Decided;
@@ -25,13 +25,15 @@ pub struct QuestionList {
 }
 
 /// The session's questions, oldest first.
+///
+/// Open ones by default (`state=open`); `state=all` adds answered, dismissed and aborted ones
+/// with their answers.
 #[utoipa::path(
     tag = "questions",
+    operation_id = "listQuestions",
     params(("sid" = String, Path, description = "Session id"), QuestionQuery),
     responses(
-        (status = 200, body = QuestionList),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The questions, oldest first", body = QuestionList),
     )
 )]
 #[get("/v1/sessions/{sid}/questions")]
@@ -125,16 +127,22 @@ fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, 
     })
 }
 
-/// Answer an open question with a `label`, free `text`, or both. The first answer wins: a
-/// later answer or dismiss gets 409 and appends nothing.
+/// Answer an open question.
+///
+/// With a `label` (one of its options), free `text`, or both. The first answer wins: a later
+/// answer or dismiss gets 409 `question-closed` and appends nothing. A plan review answered
+/// `Approve` ends plan mode at the next step.
 #[utoipa::path(
     tag = "questions",
+    operation_id = "answerQuestion",
     params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
-    request_body = AnswerBody,
+    request_body(content = AnswerBody, examples(
+        ("approve" = (summary = "Approve the plan", value = json!({"label": "Approve"}))),
+        ("keep_planning" = (summary = "Keep planning, with feedback", value = json!({"label": "Keep planning", "text": "Also cover the logout path"}))),
+        ("text" = (summary = "Free text only", value = json!({"text": "Split it into two steps"})))
+    )),
     responses(
-        (status = 200, body = QuestionView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The question as this answer closed it", body = QuestionView),
     )
 )]
 #[post("/v1/sessions/{sid}/questions/{qid}/answer")]
@@ -156,15 +164,16 @@ pub async fn answer(
     closed(&qid, done)
 }
 
-/// Dismiss an open question (the user closes it to talk instead). The waiting tool call fails
-/// and the model is told to wait for the user's message.
+/// Dismiss an open question.
+///
+/// The user closes it to talk instead: the waiting tool call fails and the model is told to
+/// wait for the user's message.
 #[utoipa::path(
     tag = "questions",
+    operation_id = "dismissQuestion",
     params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
     responses(
-        (status = 200, body = QuestionView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The question, dismissed", body = QuestionView),
     )
 )]
 #[post("/v1/sessions/{sid}/questions/{qid}/dismiss")]

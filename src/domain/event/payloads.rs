@@ -136,8 +136,21 @@ pub struct TurnStarted {
 #[serde(deny_unknown_fields)]
 pub struct TurnEnded {
     pub turn: String,
-    /// `completed`, `cancelled` or `failed`.
+    /// Why the turn ended (a string on the wire; `crate::domain::agent::reason` names them).
+    #[schema(value_type = TurnEndReason)]
     pub reason: String,
+}
+
+/// Why a turn ended: `completed` (the model answered without tool calls), `cancelled` (a
+/// client cancelled it), `failed` (the provider kept failing, or every attempt of a step was
+/// lost) or `step-limit` (it reached `DSH_MAX_STEPS` and wanted another step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TurnEndReason {
+    Completed,
+    Cancelled,
+    Failed,
+    StepLimit,
 }
 
 /// A system-prompt section as a step header names it.
@@ -216,8 +229,87 @@ pub struct ToolResult {
     pub name: String,
     /// False for a failed call; `result.reason` then says why.
     pub ok: bool,
-    #[schema(value_type = Object)]
+    /// What the model reads as the call's result.
+    #[schema(value_type = ToolOutcome)]
     pub result: serde_json::Value,
+}
+
+/// What a tool call returned to the model: an approved plan review, or a failure with its
+/// reason. Built from these types, so the schema is the wire form.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ToolOutcome {
+    Approved(ReviewApproved),
+    Failed(ToolFailure),
+}
+
+/// `exit_plan_mode` after the user approved the plan: plan mode ends at the next step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewApproved {
+    /// Always `true`.
+    pub approved: bool,
+    /// What the user wrote with the approval, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    /// Who decided: `key:<key id>` or `token:<subject>`; absent on an open server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+}
+
+/// A failed call: why, and what the model is told to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolFailure {
+    pub reason: FailureReason,
+    /// The instruction the model reads.
+    pub message: String,
+    /// `rejected`: the user's feedback (their text, else the option they chose).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    /// `rejected`: who decided, `key:<key id>` or `token:<subject>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+}
+
+/// Why a tool call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureReason {
+    /// `exit_plan_mode` outside plan mode: nothing to exit.
+    Inactive,
+    /// `exit_plan_mode` without `{plan: string}`.
+    InvalidArguments,
+    /// A child agent cannot open a plan review.
+    Child,
+    /// The review could not be shown (questions not composed, the turn ended): plan mode stays.
+    Unavailable,
+    /// The user chose Keep planning or wrote feedback.
+    Rejected,
+    /// The user closed the review to talk.
+    Dismissed,
+    /// The turn ended before the call ran.
+    Cancelled,
+    /// No tool of that name is registered.
+    UnknownTool,
+}
+
+impl ToolOutcome {
+    /// A failure with `reason` and `message`.
+    pub fn failed(reason: FailureReason, message: impl Into<String>) -> Self {
+        Self::Failed(ToolFailure {
+            reason,
+            message: message.into(),
+            feedback: None,
+            decided_by: None,
+        })
+    }
+
+    /// The JSON the log records (a `tool/result`'s `result`).
+    pub fn to_value(&self) -> serde_json::Value {
+        // Plain structs of strings and booleans: serializing cannot fail.
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
 }
 
 /// How a capable UI should present a question; others render a generic option list and
@@ -225,10 +317,19 @@ pub struct ToolResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Intent {
-    /// e.g. `plan-review`.
+    /// Which kind of question this is (a string on the wire).
+    #[schema(value_type = IntentKind)]
     pub kind: String,
     /// The option label that approves.
     pub approve: String,
+}
+
+/// The kinds of question a capable UI may present specially: `plan-review` shows the plan with
+/// Approve / Keep planning. A UI should render an unknown kind as a generic question.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntentKind {
+    PlanReview,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -269,4 +370,66 @@ pub struct QuestionDismissed {
     /// Who dismissed it: `key:<key id>` or `token:<subject>`; absent on an open server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire<T: Serialize>(v: T) -> String {
+        serde_json::to_value(v)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn the_documented_turn_end_reasons_are_the_ones_recorded() {
+        use crate::domain::agent::reason;
+        use TurnEndReason::*;
+        let documented: Vec<String> = [Completed, Cancelled, Failed, StepLimit].map(wire).into();
+        let recorded = [
+            reason::COMPLETED,
+            reason::CANCELLED,
+            reason::FAILED,
+            reason::STEP_LIMIT,
+        ];
+        assert_eq!(documented, recorded);
+    }
+
+    #[test]
+    fn the_documented_intent_kind_is_the_one_asked() {
+        assert_eq!(
+            wire(IntentKind::PlanReview),
+            crate::domain::plan::review::REVIEW_KIND
+        );
+    }
+
+    #[test]
+    fn tool_outcomes_keep_the_wire_form_older_logs_recorded() {
+        let approved = ToolOutcome::Approved(ReviewApproved {
+            approved: true,
+            feedback: None,
+            decided_by: Some("key:k1".into()),
+        });
+        assert_eq!(
+            approved.to_value(),
+            serde_json::json!({"approved": true, "decided_by": "key:k1"})
+        );
+        let failed = ToolOutcome::failed(FailureReason::InvalidArguments, "say it");
+        assert_eq!(
+            failed.to_value(),
+            serde_json::json!({"reason": "invalid-arguments", "message": "say it"})
+        );
+        // A result recorded before these types existed reads back as one of them.
+        let old = serde_json::json!({"reason": "rejected", "feedback": "more", "message": "m"});
+        assert!(matches!(
+            serde_json::from_value::<ToolOutcome>(old),
+            Ok(ToolOutcome::Failed(ToolFailure {
+                reason: FailureReason::Rejected,
+                ..
+            }))
+        ));
+    }
 }
