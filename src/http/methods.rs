@@ -97,6 +97,11 @@ fn matches(template: &[Segment], given: &[&str]) -> bool {
 /// This server's routes, read once from its OpenAPI document.
 static ROUTES: LazyLock<Routes> = LazyLock::new(|| Routes::new(&super::openapi(), &super::pages()));
 
+/// Reads the routes now (at startup) rather than on the first refused request.
+pub fn prepare() {
+    LazyLock::force(&ROUTES);
+}
+
 /// The methods `path` takes on this server, or `None` when it has no such path.
 pub fn allowed(path: &str) -> Option<Vec<Method>> {
     ROUTES.allowed(path)

@@ -205,6 +205,7 @@ pub fn openapi_json() -> String {
 pub fn configure(app_state: web::Data<AppState>) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         let spec = openapi();
+        methods::prepare();
         cfg.app_data(app_state)
             .app_data(error::json_config())
             .app_data(error::payload_config())

@@ -11,7 +11,7 @@
 //! Handlers and error rendering read it through [`current`] (a task-local scoped to the
 //! request), so no signature changes to carry it.
 
-use actix_web::body::{BoxBody, MessageBody};
+use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
@@ -53,37 +53,47 @@ fn choose(sent: Option<&HeaderValue>) -> String {
 }
 
 /// Gives the request its id, runs it inside a span carrying the id, logs one access line, and
-/// sets `X-Request-Id` on the response. Errors raised by inner middleware are rendered here,
-/// inside the request's scope, so their problem documents carry the id too.
+/// sets `X-Request-Id` on the response. (An error an inner middleware returns instead of a
+/// response is rendered later, by the server, outside the request's scope: it gets the header
+/// but no `instance`, so this crate's middleware answer refusals as responses.)
 pub async fn track(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = choose(req.headers().get(&X_REQUEST_ID));
     // The path only: the query may carry an `access_token`.
     let span = tracing::info_span!("request", id = %id, method = %req.method(), path = %req.path());
     let started = std::time::Instant::now();
-    let request = req.request().clone();
     let value = HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("-"));
-    let handled = CURRENT.scope(id, async move {
-        match next.call(req).await {
-            Ok(res) => res.map_into_boxed_body(),
-            // Rendered here, not later by the server, so `current()` still answers.
-            Err(err) => ServiceResponse::new(request, err.error_response()),
-        }
-    });
-    let mut res = handled.instrument(span.clone()).await;
-    let status = res.status().as_u16();
+    let result = CURRENT
+        .scope(id, next.call(req))
+        .instrument(span.clone())
+        .await;
+    let status = match &result {
+        Ok(res) => res.status(),
+        Err(err) => err.as_response_error().status_code(),
+    };
     span.in_scope(|| {
         tracing::info!(
             target: "access",
-            status,
+            status = status.as_u16(),
             ms = started.elapsed().as_secs_f64() * 1000.0,
             "served"
         )
     });
-    res.headers_mut().insert(X_REQUEST_ID, value);
-    Ok(res)
+    match result {
+        Ok(mut res) => {
+            res.headers_mut().insert(X_REQUEST_ID, value);
+            Ok(res)
+        }
+        Err(mut err) => {
+            err.add_response_mapper(move |mut res| {
+                res.headers_mut().insert(X_REQUEST_ID, value.clone());
+                res
+            });
+            Err(err)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -113,6 +123,70 @@ mod tests {
         let uuid = uuid::Uuid::parse_str(&drawn).expect("a uuid");
         assert_eq!(uuid.get_version_num(), 7);
         assert_ne!(choose(None), choose(None));
+    }
+
+    /// Log output captured in memory.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[actix_web::test]
+    async fn the_access_line_and_an_error_logged_while_handling_carry_the_id() {
+        use crate::http::{ApiError, Code, Problem};
+        use actix_web::{middleware::from_fn, test, web, App, HttpResponse};
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let boom = || async {
+            Err::<HttpResponse, _>(ApiError::opaque(Code::Internal, "broke", "the cause"))
+        };
+        let app = test::init_service(
+            App::new()
+                .wrap(from_fn(track))
+                .route("/boom", web::get().to(boom)),
+        )
+        .await;
+        let req = test::TestRequest::get()
+            .uri("/boom?access_token=secret")
+            .insert_header(("x-request-id", "log-me-1"))
+            .to_request();
+        let res = test::call_service(&app, req).await;
+        assert_eq!(res.headers().get("x-request-id").unwrap(), "log-me-1");
+        let problem: Problem = test::read_body_json(res).await;
+        assert_eq!(
+            problem.instance.as_deref(),
+            Some("urn:dsh-plan:request:log-me-1")
+        );
+        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let line = |what: &str| {
+            text.lines()
+                .find(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no `{what}` line in:\n{text}"))
+                .to_owned()
+        };
+        assert!(line("request failed").contains("id=log-me-1"), "{text}");
+        let access = line("served");
+        assert!(
+            access.contains("id=log-me-1") && access.contains("status=500"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("secret"),
+            "the query is never logged: {text}"
+        );
     }
 
     #[tokio::test]

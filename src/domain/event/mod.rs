@@ -12,7 +12,9 @@ use super::ids::{AgentId, EventId};
 /// Version of the event schema written into every entry (`v`).
 pub const SCHEMA_VERSION: u16 = 1;
 
+mod outcomes;
 mod payloads;
+pub use outcomes::*;
 pub use payloads::*;
 
 /// What happened. `type` names it; `data` carries its payload.

@@ -231,6 +231,11 @@ pub fn codes(operation: &str) -> Option<Vec<Code>> {
     Some(out)
 }
 
+/// The Markdown tables of this server's problem codes, as the README carries them.
+pub fn table() -> String {
+    markdown(&super::openapi())
+}
+
 /// Whether `operation` takes a credential (it can answer 401).
 pub fn authenticated(operation: &str) -> bool {
     codes(operation).is_some_and(|c| c.contains(&Unauthorized))
