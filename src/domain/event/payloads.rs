@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::outcomes::ToolOutcome;
 use crate::domain::ids::{AgentId, EventId, SessionId, TenantId};
 
 /// Where a forked session came from.
