@@ -3,7 +3,8 @@
 # - redis-server (the Rust harness starts its own on a free port per test; set REDIS_URL to
 #   use an existing server instead, with per-test key prefixes; a test that stops Redis still
 #   starts its own);
-# - Debian's chromium and npm's playwright-core, for the browser tests of the web client.
+# - Debian's chromium and npm's playwright-core, for the browser tests of the web client;
+# - node and npm, for those and for the OpenAPI linters (openapi/lint, pinned in its lockfile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,13 +16,16 @@ apt_install() {
 }
 
 command -v redis-server >/dev/null 2>&1 || { echo "== installing redis-server"; apt_install redis-server; }
+command -v node >/dev/null 2>&1 || { echo "== installing nodejs"; apt_install nodejs npm; }
+
+echo "== OpenAPI lint (Redocly, Spectral, swagger-parser; versions pinned in openapi/lint)"
+bash scripts/lint-openapi.sh
 
 echo "== cargo test (unit, property and integration tests)"
 cargo test --locked --all-targets
 
 echo "== browser tests (headless Chromium)"
 [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || { echo "== installing chromium"; apt_install chromium; }
-command -v node >/dev/null 2>&1 || { echo "== installing nodejs"; apt_install nodejs npm; }
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 cargo build --locked --bin dsh-plan
 (cd tests/browser && npm test)

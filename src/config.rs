@@ -27,6 +27,8 @@ pub enum Command {
     },
     /// Print the OpenAPI document (what `openapi/openapi.json` must hold).
     Openapi,
+    /// Print the problem codes of every operation (the README's table), as Markdown.
+    Problems,
     /// Manage tenant API keys (in Redis, or in `DSH_KEYS_FILE` without Redis).
     Keys {
         #[command(subcommand)]

@@ -23,6 +23,7 @@ async fn main() -> anyhow::Result<()> {
                 .await?
         }
         Command::Openapi => print!("{}", dsh_plan::http::openapi_json()),
+        Command::Problems => print!("{}", dsh_plan::http::problems::table()),
         Command::Keys { command } => keys(&cli.serve, command).await?,
         Command::Tenants { command } => {
             use dsh_plan::limits::admin;

@@ -247,7 +247,8 @@ impl Application {
             http::cors::parse_origins(&settings.cors_origins).map_err(anyhow::Error::msg)?;
         let mut server = HttpServer::new(move || {
             // Innermost first: writes must be JSON; CORS headers go on every answer to an
-            // allowed origin, the guard's 415 included; the security headers go on everything.
+            // allowed origin, the guard's 415 included; the security headers go on everything;
+            // outermost, every request gets its id (and its span, and its access line).
             App::new()
                 .wrap(from_fn(http::guard::json_writes))
                 .wrap(from_fn(http::authenticate))
@@ -255,6 +256,7 @@ impl Application {
                 .wrap(from_fn(http::cors::refusals_as_problems))
                 .wrap(from_fn(http::guard::security_headers))
                 .wrap(from_fn(http::track_requests))
+                .wrap(from_fn(http::request_id::track))
                 .configure(http::configure(data.clone()))
         })
         .listen(listener)?

@@ -16,8 +16,8 @@ use utoipa::ToSchema;
 
 use super::agent::{reason, Next};
 use super::event::{
-    AssistantMessage, EventKind, PlanMode, SectionRef, StepHeader, StepRetried, StepStarted,
-    ToolCall, ToolResult, TurnEnded, TurnStarted, UserMessage,
+    AssistantMessage, EventKind, FailureReason, PlanMode, SectionRef, StepHeader, StepRetried,
+    StepStarted, ToolCall, ToolOutcome, ToolResult, TurnEnded, TurnStarted, UserMessage,
 };
 use super::history::{History, Message};
 use super::plan::review::{review, ReviewStep};
@@ -288,10 +288,11 @@ impl SessionState {
         } else {
             ReviewStep::Done {
                 ok: false,
-                result: serde_json::json!({
-                    "reason": "unknown-tool",
-                    "message": format!("no tool named `{}` is registered", open.call.name),
-                }),
+                result: ToolOutcome::failed(
+                    FailureReason::UnknownTool,
+                    format!("no tool named `{}` is registered", open.call.name),
+                )
+                .to_value(),
                 then: vec![],
             }
         };

@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
 
 use crate::domain::event::SectionRef;
 use crate::domain::history::Message;
@@ -117,6 +118,30 @@ impl Prompting {
             .collect();
         (text, refs)
     }
+}
+
+/// One entry of the tool list, in OpenAI function-tool form: the schema `GET /v1/tools`
+/// publishes (the list itself is built as JSON by [`tools`]; a test holds the two together).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionTool {
+    /// Always `function`.
+    #[serde(rename = "type")]
+    #[schema(example = "function")]
+    pub kind: String,
+    pub function: FunctionSpec,
+}
+
+/// A tool's name, what it is for, and the JSON Schema of its arguments.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionSpec {
+    #[schema(example = "exit_plan_mode")]
+    pub name: String,
+    pub description: String,
+    /// A JSON Schema (an object schema) of the call's arguments.
+    #[schema(value_type = Object)]
+    pub parameters: Value,
 }
 
 /// The tool list, identical in both plan states; empty when plan mode is not composed.
@@ -230,6 +255,15 @@ mod tests {
             "bytes before order 50 are identical"
         );
         assert!(on.ends_with("WORKSPACE") && off.ends_with("WORKSPACE"));
+    }
+
+    #[test]
+    fn the_tool_list_has_the_published_shape() {
+        let list: Vec<FunctionTool> = serde_json::from_value(tools(true)).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].kind, "function");
+        assert_eq!(list[0].function.name, EXIT_TOOL);
+        assert_eq!(list[0].function.parameters["type"], "object");
     }
 
     #[test]

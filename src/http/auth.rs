@@ -9,7 +9,7 @@
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
-use actix_web::{http::header, web, FromRequest, HttpMessage, HttpRequest};
+use actix_web::{http::header, web, FromRequest, HttpMessage, HttpRequest, ResponseError};
 
 use super::{rate_limit, ApiError, AppState, Code};
 use crate::auth::{Action, Caller, Denied};
@@ -30,22 +30,29 @@ pub async fn authenticate(
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
     let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
-        return Err(ApiError::new(Code::Internal, "the server is not configured").into());
+        return refuse(
+            req,
+            ApiError::new(Code::Internal, "the server is not configured"),
+        );
     };
     let presented = credential(req.request(), &path);
-    let caller = state
+    let authenticated = state
         .auth
         .authenticate(presented.as_deref())
         .await
         .map_err(crate::service::ServiceError::from)
-        .map_err(ApiError::from)?
-        .map_err(|d| denied(d, None))?;
+        .map_err(ApiError::from)
+        .and_then(|c| c.map_err(|d| denied(d, None)));
+    let caller = match authenticated {
+        Ok(caller) => caller,
+        Err(e) => return refuse(req, e),
+    };
     let decision = match caller.rate_key() {
         Some((key, rate)) => match state.limits.check_rate(key, rate).await {
             Ok(d) => Some(d),
             // A full Redis cannot record the spend; reads must keep working (writes get 507).
             Err(crate::store::StoreError::Full(_)) => None,
-            Err(e) => return Err(ApiError::from(crate::service::ServiceError::from(e)).into()),
+            Err(e) => return refuse(req, crate::service::ServiceError::from(e).into()),
         },
         None => None,
     };
@@ -58,6 +65,12 @@ pub async fn authenticate(
         rate_limit::insert(res.headers_mut(), d);
     }
     Ok(res)
+}
+
+/// A refusal answered here, as a response, so it is rendered inside the request's scope and
+/// names the request (`request_id`).
+fn refuse(req: ServiceRequest, e: ApiError) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    Ok(req.into_response(e.error_response()))
 }
 
 /// The presented credential: the bearer header, or `access_token` on the events route.

@@ -55,6 +55,11 @@ const FILES: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The paths of the client's files.
+pub fn paths() -> Vec<&'static str> {
+    FILES.iter().map(|(path, _, _)| *path).collect()
+}
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
     for (path, content_type, body) in FILES {
         cfg.route(

@@ -5,7 +5,7 @@ use actix_web::{get, post, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ids, ApiError, Code, Problem, State};
+use super::{ids, ApiError, Code, State};
 use crate::domain::commands::{parse, CommandSpec};
 use crate::domain::plan::PlanCommandResult;
 use crate::domain::{EventId, PlanView};
@@ -16,8 +16,14 @@ pub struct CommandList {
     pub commands: Vec<CommandSpec>,
 }
 
-/// The registered slash commands (empty when `commands` is not composed).
-#[utoipa::path(tag = "commands", responses((status = 200, body = CommandList)))]
+/// The registered slash commands.
+///
+/// For a composer's autocomplete: each command's name, arguments and what it does. Empty when
+/// the `commands` plugin is not composed. Public.
+#[utoipa::path(tag = "commands",
+    operation_id = "listCommands",
+    responses((status = 200, description = "The registered commands, for autocomplete", body = CommandList))
+)]
 #[get("/v1/commands")]
 pub async fn list_commands(state: State) -> web::Json<CommandList> {
     web::Json(CommandList {
@@ -46,17 +52,18 @@ pub struct CommandRan {
     pub last_event_id: EventId,
 }
 
-/// Run a slash command for an agent. `/plan` selects plan mode; `/plan <message>` selects it
-/// and sends the message (opening a turn when idle); `/plan off` selects inactive without
-/// model input and cancels a pending entry.
+/// Run a slash command for an agent.
+///
+/// `/plan` selects plan mode; `/plan <message>` selects it and sends the message (opening a
+/// turn when idle; the token then needs the `prompt` scope too); `/plan off` selects inactive
+/// without model input and cancels a pending entry. Every run is recorded as `command/run`.
 #[utoipa::path(
     tag = "commands",
+    operation_id = "runCommand",
     params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
-    request_body = RunCommand,
+    request_body(content = RunCommand, example = json!({"input": "/plan fix the login bug"})),
     responses(
-        (status = 200, body = CommandRan),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The command ran; the plan state it left", body = CommandRan),
     )
 )]
 #[post("/v1/sessions/{sid}/agents/{aid}/commands")]

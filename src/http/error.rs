@@ -69,6 +69,8 @@ pub enum Code {
     StoreFull,
     /// An answer names an option id the question does not offer.
     UnknownOption,
+    /// A known path asked with a method it does not take; `Allow` lists the ones it does.
+    MethodNotAllowed,
     LogCorrupt,
     Internal,
 }
@@ -95,6 +97,7 @@ impl Code {
                 StatusCode::TOO_MANY_REQUESTS
             }
             StoreFull => StatusCode::INSUFFICIENT_STORAGE,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             LogCorrupt | Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ProviderFailed => StatusCode::BAD_GATEWAY,
         }
@@ -120,6 +123,26 @@ pub struct Problem {
     /// What went wrong with this request, in words a developer can act on.
     pub detail: String,
     pub code: Code,
+    /// The request this problem answered, `urn:dsh-plan:request:<X-Request-Id>`: quote it
+    /// when reporting a problem; the server's log lines about the request carry the same id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "urn:dsh-plan:request:0190f5c2-7b7e-7c4a-9d1e-3f6a2b8c9d10")]
+    pub instance: Option<String>,
+}
+
+impl Problem {
+    /// The document for `code` sent with `status` (normally `code.status()`), naming the
+    /// request being handled.
+    pub fn new(code: Code, status: StatusCode, detail: impl Into<String>) -> Self {
+        Self {
+            type_uri: format!("urn:dsh-plan:problem:{}", code.as_str()),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            code,
+            instance: super::request_id::instance(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -229,13 +252,7 @@ impl ResponseError for ApiError {
         if let Some(cause) = &self.cause {
             tracing::error!(code = %self.code.as_str(), %cause, "request failed");
         }
-        let body = Problem {
-            type_uri: format!("urn:dsh-plan:problem:{}", self.code.as_str()),
-            title: status.canonical_reason().unwrap_or("Error").to_owned(),
-            status: status.as_u16(),
-            detail: self.detail.clone(),
-            code: self.code,
-        };
+        let body = Problem::new(self.code, status, self.detail.clone());
         let mut res = HttpResponse::build(status);
         res.insert_header((header::CONTENT_TYPE, "application/problem+json"));
         match self.retry_after {

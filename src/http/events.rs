@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use utoipa::IntoParams;
 
-use super::{session_id, ApiError, Code, Problem, State};
+use super::{session_id, ApiError, Code, State};
 use crate::auth::{self, Caller};
 use crate::domain::{EventId, PlanView, SessionId};
 use crate::limits::StreamPermit;
@@ -196,6 +196,7 @@ impl Sse {
 /// `session-not-found`.
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "streamEvents",
     params(
         ("sid" = String, Path, description = "Session id"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
@@ -203,8 +204,6 @@ impl Sse {
     ),
     responses(
         (status = 200, description = "An endless `text/event-stream` (bounded with `max_events`/`max_ms`)", content_type = "text/event-stream", body = String),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[get("/v1/sessions/{sid}/events")]

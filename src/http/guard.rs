@@ -42,7 +42,10 @@ pub async fn json_writes(
     let write = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH);
     if write {
         let content_type = req.headers().get(header::CONTENT_TYPE);
-        if !content_type.is_some_and(is_json) {
+        // A known path that does not take this method answers 405 (the default service).
+        if !content_type.is_some_and(is_json)
+            && !super::methods::refused(req.method(), req.match_info().as_str())
+        {
             let got = content_type
                 .map(|v| format!("`{}`", String::from_utf8_lossy(v.as_bytes())))
                 .unwrap_or_else(|| "none".to_owned());

@@ -4,7 +4,7 @@ use actix_web::{get, web};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{session_id, ApiError, Code, Problem, State};
+use super::{session_id, ApiError, Code, State};
 use crate::auth::{self, Caller};
 use crate::domain::session::AgentView;
 use crate::service::SessionSummary;
@@ -70,9 +70,7 @@ fn parse_cursor(raw: &str) -> Result<u64, ApiError> {
     operation_id = "listSessions",
     params(SessionsQuery),
     responses(
-        (status = 200, body = SessionList),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of the tenant's sessions, newest first", body = SessionList),
     )
 )]
 #[get("/v1/sessions")]
@@ -107,6 +105,8 @@ pub struct AgentList {
     pub agents: Vec<AgentView>,
 }
 
+/// The agents of a session.
+///
 /// The session's agents, sorted by id: owner, status (`idle`, `running`, `waiting` on a
 /// question), plan state and open turn of each, as `GET …/agents/{aid}` shows one.
 #[utoipa::path(
@@ -114,9 +114,7 @@ pub struct AgentList {
     operation_id = "listAgents",
     params(("sid" = String, Path, description = "Session id")),
     responses(
-        (status = 200, body = AgentList),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The session's agents, by id", body = AgentList),
     )
 )]
 #[get("/v1/sessions/{sid}/agents")]

@@ -21,10 +21,13 @@ pub mod error;
 mod events;
 pub mod guard;
 mod lists;
+mod methods;
 mod metrics;
 mod plan;
+pub mod problems;
 mod questions;
 pub mod rate_limit;
+pub mod request_id;
 mod sessions;
 mod system;
 mod tokens;
@@ -123,60 +126,25 @@ pub(crate) fn ids(raw: &(String, String)) -> Result<(SessionId, AgentId), ApiErr
     info(
         title = "dsh-plan",
         description = "Agent sessions with a recorded, human-reviewed plan mode. Every state is \
-                       folded from a per-session event log; errors are RFC 9457 problem documents."
+                       folded from a per-session event log; errors are RFC 9457 problem \
+                       documents whose `code` each operation lists; every response carries an \
+                       `X-Request-Id`."
+    ),
+    components(schemas(Problem)),
+    servers(
+        (url = "/", description = "The server that serves this document (`GET /openapi.json`)"),
+        (url = "http://127.0.0.1:8080", description = "A local server on the default `DSH_BIND`")
     ),
     tags(
-        (name = "sessions", description = "Sessions, agents and their event logs"),
+        (name = "sessions", description = "Sessions, agents, their event logs and event streams, browser tokens"),
         (name = "plan", description = "Plan mode: the recorded state and the user's pending choice"),
         (name = "turns", description = "Prompts, steering and cancelling turns"),
         (name = "questions", description = "Questions to the user, e.g. plan reviews"),
         (name = "commands", description = "Slash commands such as /plan"),
-        (name = "system", description = "Status, health and readiness")
+        (name = "system", description = "Status, health, readiness, metrics and the model's tools")
     )
 )]
 struct ApiDoc;
-
-/// Session routes take `Authorization: Bearer <API key or browser token>` (when credentials
-/// are on); the rest are public.
-struct BearerAuth;
-
-impl utoipa::Modify for BearerAuth {
-    fn modify(&self, spec: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::security::{
-            HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
-        };
-        let scheme = HttpBuilder::new()
-            .scheme(HttpAuthScheme::Bearer)
-            .description(Some(
-                "A tenant API key (`dsh_…`, server side only) or a browser token minted with \
-                 `POST /v1/sessions/{sid}/tokens`. On the events route a token may also be sent \
-                 as `?access_token=`.",
-            ))
-            .build();
-        spec.components
-            .get_or_insert_with(Default::default)
-            .add_security_scheme("bearer", SecurityScheme::Http(scheme));
-        for (path, item) in spec.paths.paths.iter_mut() {
-            if !path.starts_with("/v1/sessions") {
-                continue;
-            }
-            for op in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                op.security = Some(vec![SecurityRequirement::new(
-                    "bearer",
-                    Vec::<String>::new(),
-                )]);
-            }
-        }
-    }
-}
 
 /// Registers every documented route.
 pub fn routes(cfg: &mut ServiceConfig) {
@@ -218,9 +186,16 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .openapi(ApiDoc::openapi())
         .configure(routes)
         .split_for_parts();
-    utoipa::Modify::modify(&BearerAuth, &mut spec);
     guard::document_json_writes(&mut spec);
+    utoipa::Modify::modify(&problems::Document, &mut spec);
     spec
+}
+
+/// The pages served beside the API (GET only; a trailing `*` matches any rest).
+pub(crate) fn pages() -> Vec<&'static str> {
+    let mut pages = client::paths();
+    pages.extend(["/openapi.json", "/docs", "/docs/*"]);
+    pages
 }
 
 /// The spec as committed: pretty JSON with a trailing newline.
@@ -234,6 +209,7 @@ pub fn openapi_json() -> String {
 pub fn configure(app_state: web::Data<AppState>) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         let spec = openapi();
+        methods::prepare();
         cfg.app_data(app_state)
             .app_data(error::json_config())
             .app_data(error::payload_config())
@@ -253,9 +229,31 @@ pub fn configure(app_state: web::Data<AppState>) -> impl FnOnce(&mut web::Servic
     }
 }
 
-async fn not_found(req: actix_web::HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::new(
-        Code::NotFound,
-        format!("no route for {} {}", req.method(), req.path()),
-    ))
+/// 405 with `Allow` for a known path asked with another method, else 404.
+async fn not_found(req: actix_web::HttpRequest) -> actix_web::HttpResponse {
+    use actix_web::ResponseError;
+    let path = req.match_info().as_str();
+    match methods::allowed(path) {
+        Some(allowed) if !allowed.contains(req.method()) => {
+            let allow = methods::allow_header(&allowed);
+            let err = ApiError::new(
+                Code::MethodNotAllowed,
+                format!(
+                    "{} is not allowed on {path}; allowed: {allow}",
+                    req.method()
+                ),
+            );
+            let mut res = err.error_response();
+            if let Ok(value) = actix_web::http::header::HeaderValue::from_str(&allow) {
+                res.headers_mut()
+                    .insert(actix_web::http::header::ALLOW, value);
+            }
+            res
+        }
+        _ => ApiError::new(
+            Code::NotFound,
+            format!("no route for {} {}", req.method(), req.path()),
+        )
+        .error_response(),
+    }
 }

@@ -7,20 +7,21 @@ use actix_web::{get, put, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ids, session_id, ApiError, Problem, State};
+use super::{ids, session_id, ApiError, State};
 use crate::domain::{EventId, Outcome, PlanView};
 use crate::service::ServiceError;
 
-/// An agent's plan state: `active` as recorded, `pending` only while a choice awaits the next
-/// step.
+/// An agent's plan state.
+///
+/// `active` as recorded; `pending` only while a choice awaits the next step (its presence
+/// matters: `pending: false` means "Default, pending").
 #[utoipa::path(
     tag = "plan",
+    operation_id = "getPlan",
     params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
     responses(
-        (status = 200, body = PlanView,
+        (status = 200, description = "The agent's plan state", body = PlanView,
          example = json!({"active": true, "pending": false})),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[get("/v1/sessions/{sid}/agents/{aid}/plan")]
@@ -56,18 +57,19 @@ pub struct SetPlanResult {
     pub last_event_id: EventId,
 }
 
-/// Select plan mode on or off. Idle agents commit at once (`committed`); running agents keep
-/// the choice pending for the next step (`queued`); choosing the recorded state again withdraws
-/// a pending choice (`cancelled`); anything else is a `noop`.
+/// Select plan mode on or off.
+///
+/// Idle agents commit at once (`committed`); running agents keep the choice pending for the
+/// next step (`queued`); choosing the recorded state again withdraws a pending choice
+/// (`cancelled`); anything else is a `noop`.
 #[utoipa::path(
     tag = "plan",
+    operation_id = "setPlan",
     params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
-    request_body = SetPlan,
+    request_body(content = SetPlan, example = json!({"active": true})),
     responses(
-        (status = 200, body = SetPlanResult,
+        (status = 200, description = "What the choice did, and the plan state after it", body = SetPlanResult,
          example = json!({"outcome": "committed", "plan": {"active": true}, "last_event_id": "2-0"})),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[put("/v1/sessions/{sid}/agents/{aid}/plan")]
@@ -104,15 +106,16 @@ pub struct PlanProjectionView {
     pub agents: BTreeMap<String, PlanView>,
 }
 
-/// The plan projection unit: every agent's plan view recomputed from `command/run`,
-/// `plan/select` and `plan/mode` events alone. Always equals what `GET …/plan` answers.
+/// The plan projection: every agent's plan view.
+///
+/// Recomputed from `command/run`, `plan/select` and `plan/mode` events alone; always equals
+/// what `GET …/plan` answers for each agent.
 #[utoipa::path(
     tag = "plan",
+    operation_id = "getPlanProjection",
     params(("sid" = String, Path, description = "Session id")),
     responses(
-        (status = 200, body = PlanProjectionView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Every agent's plan view", body = PlanProjectionView),
     )
 )]
 #[get("/v1/sessions/{sid}/projections/plan")]

@@ -6,7 +6,7 @@ use actix_web::{get, post, web};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::{session_id, ApiError, Code, Problem, State};
+use super::{session_id, ApiError, Code, State};
 use crate::domain::questions::{QuestionStatus, QuestionView, Reply};
 use crate::domain::{AgentId, SessionId};
 use crate::service::Decided;
@@ -60,15 +60,16 @@ fn status_filter(query: &QuestionQuery) -> Result<Option<QuestionStatus>, ApiErr
     }))
 }
 
-/// The session's questions, oldest first: the open ones unless `status` asks for others.
+/// The session's questions, oldest first.
+///
+/// The open ones unless `status` asks for others (`answered`, `dismissed`, `aborted`, `all`),
+/// each with its options (`id`, `kind`, display `label`) and, once closed, its answer.
 #[utoipa::path(
     tag = "questions",
     operation_id = "listQuestions",
     params(("sid" = String, Path, description = "Session id"), QuestionQuery),
     responses(
-        (status = 200, body = QuestionList),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The questions, oldest first", body = QuestionList),
     )
 )]
 #[get("/v1/sessions/{sid}/questions")]
@@ -93,16 +94,15 @@ pub async fn list_questions(
     Ok(web::Json(QuestionList { questions }))
 }
 
-/// One question of the session, in whatever state it is (404 `question-not-found` for an id
-/// the session never asked).
+/// One question of the session.
+///
+/// In whatever state it is (404 `question-not-found` for an id the session never asked).
 #[utoipa::path(
     tag = "questions",
     operation_id = "getQuestion",
     params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
     responses(
-        (status = 200, body = QuestionView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The question, in any state", body = QuestionView),
     )
 )]
 #[get("/v1/sessions/{sid}/questions/{qid}")]
@@ -189,17 +189,21 @@ fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, 
     question.map(web::Json).ok_or_else(|| missing(qid))
 }
 
-/// Answer an open question with an `option` id, free `text`, or both. The first answer wins: a
-/// later answer or dismiss gets 409 and appends nothing. The recorded answer names the option
+/// Answer an open question.
+///
+/// With an `option` id, free `text`, or both. The first answer wins: a later answer or dismiss gets 409 and appends nothing. The recorded answer names the option
 /// by id (and its label, for readability); a plan review decides by the option's `kind`.
 #[utoipa::path(
     tag = "questions",
+    operation_id = "answerQuestion",
     params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
-    request_body = AnswerBody,
+    request_body(content = AnswerBody, examples(
+        ("approve" = (summary = "Approve the plan", value = json!({"option": "approve"}))),
+        ("keep_planning" = (summary = "Keep planning, with feedback", value = json!({"option": "keep_planning", "text": "Also cover the logout path"}))),
+        ("text" = (summary = "Free text only", value = json!({"text": "Split it into two steps"})))
+    )),
     responses(
-        (status = 200, body = QuestionView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The question as this answer closed it", body = QuestionView),
     )
 )]
 #[post("/v1/sessions/{sid}/questions/{qid}/answer")]
@@ -228,15 +232,16 @@ pub async fn answer(
     closed(&qid, done)
 }
 
-/// Dismiss an open question (the user closes it to talk instead). The waiting tool call fails
-/// and the model is told to wait for the user's message.
+/// Dismiss an open question.
+///
+/// The user closes it to talk instead: the waiting tool call fails and the model is told to
+/// wait for the user's message.
 #[utoipa::path(
     tag = "questions",
+    operation_id = "dismissQuestion",
     params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
     responses(
-        (status = 200, body = QuestionView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The question, dismissed", body = QuestionView),
     )
 )]
 #[post("/v1/sessions/{sid}/questions/{qid}/dismiss")]

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::OptionalJson;
-use super::{ids, session_id, ApiError, Code, Problem, State};
+use super::{ids, session_id, ApiError, Code, State};
 use crate::domain::session::{AgentView, SessionView};
 use crate::domain::{AgentId, EventId, Recorded};
 
@@ -21,11 +21,10 @@ pub struct CreateSession {}
 /// expires; reads do not extend it.
 #[utoipa::path(
     tag = "sessions",
-    request_body(content = Option<CreateSession>, description = "May be empty"),
+    operation_id = "createSession",
+    request_body(content = Option<CreateSession>, description = "May be empty", example = json!({})),
     responses(
-        (status = 201, body = SessionView, headers(("Location" = String))),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 201, description = "Created; `Location` names the session", body = SessionView, headers(("Location" = String, description = "The new session's URL"))),
     )
 )]
 #[post("/v1/sessions")]
@@ -43,14 +42,16 @@ pub async fn create_session(
         .json(session.view(&sid)))
 }
 
-/// The session folded from its log: agents, their status and plan, the last event id.
+/// The session folded from its log.
+///
+/// Its agents with their status and plan state, its parent when forked, and the last event id
+/// (resume the event stream after it).
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "getSession",
     params(("sid" = String, Path, description = "Session id")),
     responses(
-        (status = 200, body = SessionView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The folded session", body = SessionView),
     )
 )]
 #[get("/v1/sessions/{sid}")]
@@ -72,11 +73,10 @@ pub async fn get_session(
 /// end; a turn running on it stops without recording anything more.
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "deleteSession",
     params(("sid" = String, Path, description = "Session id")),
     responses(
-        (status = 204, description = "Deleted"),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 204, description = "Deleted, on every replica"),
     )
 )]
 #[delete("/v1/sessions/{sid}")]
@@ -100,16 +100,17 @@ pub struct SpawnAgent {
     pub owner: Option<AgentId>,
 }
 
-/// Spawn an agent. New agents start with plan mode inactive. A session has at most
-/// `DSH_MAX_AGENTS` agents (409 `agent-limit` past it).
+/// Spawn an agent.
+///
+/// New agents start with plan mode inactive. A child owned by another agent cannot open plan
+/// reviews. A session has at most `DSH_MAX_AGENTS` agents (409 `agent-limit` past it).
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "spawnAgent",
     params(("sid" = String, Path, description = "Session id")),
-    request_body(content = Option<SpawnAgent>, description = "May be empty"),
+    request_body(content = Option<SpawnAgent>, description = "May be empty", example = json!({"owner": "main"})),
     responses(
-        (status = 201, body = AgentView, headers(("Location" = String))),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 201, description = "Spawned; `Location` names the agent", body = AgentView, headers(("Location" = String, description = "The new agent's URL"))),
     )
 )]
 #[post("/v1/sessions/{sid}/agents")]
@@ -138,14 +139,15 @@ pub async fn spawn_agent(
         .json(view))
 }
 
-/// One agent: owner, status and plan state.
+/// One agent.
+///
+/// Its owner, whether a turn is running or waiting on a question, and its plan state.
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "getAgent",
     params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
     responses(
-        (status = 200, body = AgentView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The agent", body = AgentView),
     )
 )]
 #[get("/v1/sessions/{sid}/agents/{aid}")]
@@ -188,13 +190,15 @@ pub struct LogPage {
 }
 
 /// Read the session log in order, a page at a time.
+///
+/// Pass the page's `cursor` as `after` to read on. Event ids are `<seq>-0`, where `seq` counts
+/// the session's events from 1: compare them by `seq`, as numbers.
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "readLog",
     params(("sid" = String, Path, description = "Session id"), LogQuery),
     responses(
-        (status = 200, body = LogPage),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of events, oldest first", body = LogPage),
     )
 )]
 #[get("/v1/sessions/{sid}/log")]
@@ -239,17 +243,17 @@ pub struct ForkSession {
     pub at: Option<String>,
 }
 
-/// Fork a session at one of its events. The new session's agents inherit their recorded plan
-/// state and history; no open turn, question or pending choice carries over; the parent is
-/// unchanged.
+/// Fork a session at one of its events.
+///
+/// The new session's agents inherit their recorded plan state and history; no open turn,
+/// question or pending choice carries over; the parent is unchanged.
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "forkSession",
     params(("sid" = String, Path, description = "Session id")),
-    request_body(content = Option<ForkSession>, description = "May be empty"),
+    request_body(content = Option<ForkSession>, description = "May be empty", example = json!({"at": "12-0"})),
     responses(
-        (status = 201, body = SessionView, headers(("Location" = String))),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 201, description = "Forked; `Location` names the new session", body = SessionView, headers(("Location" = String, description = "The new session's URL"))),
     )
 )]
 #[post("/v1/sessions/{sid}/fork")]
@@ -271,15 +275,16 @@ pub async fn fork_session(
         .json(session.view(&child)))
 }
 
-/// Compact a session: the provider summarizes each agent's history and a snapshot replaces
-/// the events before it (older entries may be trimmed). Refused with 409 while a turn runs.
+/// Compact a session.
+///
+/// The provider summarizes each agent's history and a snapshot replaces the events before it
+/// (older entries may be trimmed). Refused with 409 while a turn runs.
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "compactSession",
     params(("sid" = String, Path, description = "Session id")),
     responses(
-        (status = 200, body = SessionView),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The session after compaction", body = SessionView),
     )
 )]
 #[post("/v1/sessions/{sid}/compact")]

@@ -39,7 +39,14 @@ pub struct Status {
 }
 
 /// Service status and composed features.
-#[utoipa::path(tag = "system", responses((status = 200, body = Status)))]
+///
+/// What a frontend reads first: which plugins are composed (hide the plan control when
+/// `features.plan_mode` is `null`), the store, the provider and the version. Public.
+#[utoipa::path(
+    tag = "system",
+    operation_id = "getStatus",
+    responses((status = 200, description = "This replica's status and composition", body = Status))
+)]
 #[get("/v1/status")]
 pub async fn status(state: State) -> Json<Status> {
     Json(Status {
@@ -68,12 +75,19 @@ pub async fn status(state: State) -> Json<Status> {
 pub struct Tools {
     /// The tool list every step sends, in OpenAI function-tool form; identical in both plan
     /// states.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<crate::engine::assembly::FunctionTool>)]
     pub tools: serde_json::Value,
 }
 
 /// The tools the model is offered.
-#[utoipa::path(tag = "system", responses((status = 200, body = Tools)))]
+///
+/// The list every step sends to the provider, in OpenAI function-tool form. It is the same in
+/// both plan states, so entering or leaving plan mode never invalidates a prompt cache. Public.
+#[utoipa::path(
+    tag = "system",
+    operation_id = "listTools",
+    responses((status = 200, description = "The tool list", body = Tools))
+)]
 #[get("/v1/tools")]
 pub async fn tools(state: State) -> Json<Tools> {
     Json(Tools {
@@ -87,7 +101,14 @@ pub struct Health {
 }
 
 /// Liveness: the process answers.
-#[utoipa::path(tag = "system", responses((status = 200, body = Health)))]
+///
+/// Does not touch the event store, so a Redis outage never restarts a replica. Public.
+#[utoipa::path(
+    tag = "system",
+    operation_id = "getHealth",
+    responses((status = 200, description = "The process is alive", body = Health,
+               example = json!({"status": "ok"})))
+)]
 #[get("/healthz")]
 pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
@@ -98,10 +119,12 @@ pub async fn healthz() -> Json<Health> {
 /// A full store (Redis at its `maxmemory`,
 /// where writes answer 507) is reported as 503 with the problem `code` `store-full`, until space
 /// is freed; reads keep working meanwhile.
-#[utoipa::path(tag = "system", responses(
-    (status = 200, body = Health),
-    (status = 503, description = "The event store is unreachable (`store-unavailable`) or full (`store-full`)", body = super::Problem, content_type = "application/problem+json")
-))]
+#[utoipa::path(
+    tag = "system",
+    operation_id = "getReadiness",
+    responses((status = 200, description = "The event store answers and has room", body = Health,
+               example = json!({"status": "ready"})))
+)]
 #[get("/readyz")]
 pub async fn readyz(state: State) -> Result<actix_web::HttpResponse, ApiError> {
     state.sessions.ping().await?;
@@ -116,21 +139,25 @@ pub async fn readyz(state: State) -> Result<actix_web::HttpResponse, ApiError> {
 fn store_full() -> actix_web::HttpResponse {
     let unavailable = actix_web::http::StatusCode::SERVICE_UNAVAILABLE;
     let code = Code::StoreFull;
-    let body = Problem {
-        type_uri: format!("urn:dsh-plan:problem:{}", code.as_str()),
-        title: "Service Unavailable".to_owned(),
-        status: unavailable.as_u16(),
-        detail: "the event store is full: writes are refused until an operator frees space"
-            .to_owned(),
+    let body = Problem::new(
         code,
-    };
+        unavailable,
+        "the event store is full: writes are refused until an operator frees space",
+    );
     actix_web::HttpResponse::build(unavailable)
         .content_type("application/problem+json")
         .json(body)
 }
 
 /// Prometheus metrics of this replica (text exposition format).
-#[utoipa::path(tag = "system", responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
+///
+/// Responses by status class, response latencies, SSE subscribers, running turns and build
+/// info. Public: put it behind your network's access rules.
+#[utoipa::path(
+    tag = "system",
+    operation_id = "getMetrics",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
+)]
 #[get("/metrics")]
 pub async fn metrics(state: State) -> actix_web::HttpResponse {
     let body = format!(

@@ -7,7 +7,7 @@ use actix_web::{post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{session_id, ApiError, Code, Problem, State};
+use super::{session_id, ApiError, Code, State};
 use crate::auth::{Action, Caller, Claims, Scope, MAX_TTL_SECS};
 use crate::domain::{AgentId, SessionId, TenantId};
 
@@ -49,17 +49,17 @@ pub struct MintedToken {
     pub scopes: Vec<Scope>,
 }
 
-/// Mint a short-lived browser token for one session (API keys only). The token carries the
-/// listed scopes, optionally one agent, and lives at most an hour; revoking the key that minted
-/// it ends it too.
+/// Mint a short-lived browser token for one session.
+///
+/// API keys only. The token carries the listed scopes, optionally one agent, and lives at most
+/// an hour; revoking the key that minted it ends it too.
 #[utoipa::path(
     tag = "sessions",
+    operation_id = "createToken",
     params(("sid" = String, Path, description = "Session id")),
-    request_body = MintToken,
+    request_body(content = MintToken, example = json!({"scopes": ["read", "plan", "prompt", "answer"], "agent": "main", "ttl_seconds": 900, "subject": "user-42"})),
     responses(
-        (status = 201, body = MintedToken),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 201, description = "The token; it is not stored, so keep it until it expires", body = MintedToken),
     )
 )]
 #[post("/v1/sessions/{sid}/tokens")]

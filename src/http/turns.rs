@@ -5,7 +5,7 @@ use actix_web::{post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ids, ApiError, Code, Problem, State};
+use super::{ids, ApiError, Code, State};
 use crate::domain::turn::Prompted;
 
 /// Largest prompt accepted, in bytes (the body limit also applies).
@@ -19,16 +19,17 @@ pub struct PostMessage {
     pub text: String,
 }
 
-/// Send a user message. An idle agent starts a turn (`steered: false`); a running agent gets
-/// the message as a steer that its next step includes (`steered: true`).
+/// Send a user message.
+///
+/// An idle agent starts a turn (`steered: false`); a running agent gets the message as a steer
+/// that its next step includes (`steered: true`). Follow the turn on the event stream.
 #[utoipa::path(
     tag = "turns",
+    operation_id = "postMessage",
     params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
-    request_body = PostMessage,
+    request_body(content = PostMessage, example = json!({"text": "Fix the login bug"})),
     responses(
-        (status = 202, body = Prompted),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 202, description = "Accepted: a turn started, or the running one will read it", body = Prompted),
     )
 )]
 #[post("/v1/sessions/{sid}/agents/{aid}/messages")]
@@ -60,15 +61,16 @@ pub struct Cancelled {
     pub turn: Option<String>,
 }
 
-/// Stop the agent's running turn from any replica. A pending plan choice is kept for the next
-/// prompt's pre-step.
+/// Stop the agent's running turn.
+///
+/// Works from any replica. A pending plan choice is kept for the next prompt's pre-step; an
+/// open plan review fails closed.
 #[utoipa::path(
     tag = "turns",
+    operation_id = "cancelTurn",
     params(("sid" = String, Path, description = "Session id"), ("aid" = String, Path, description = "Agent id")),
     responses(
-        (status = 200, body = Cancelled),
-        (status = "4XX", body = Problem, content_type = "application/problem+json"),
-        (status = "5XX", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The turn that was ended, if any", body = Cancelled),
     )
 )]
 #[post("/v1/sessions/{sid}/agents/{aid}/cancel")]

@@ -13,6 +13,8 @@ use dsh_plan::startup::Application;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+mod listed;
+
 /// A redis-server owned by one test: killed when the test (its thread) ends.
 pub struct TestRedis {
     pub url: String,
@@ -224,6 +226,8 @@ pub async fn spawn_with(
 
 /// Serves a built application in this test's runtime.
 pub fn serve(app: Application) -> TestApp {
+    // Generated now, not inside a test's timed loop at its first problem.
+    listed::spec();
     let address = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
@@ -234,13 +238,18 @@ pub fn serve(app: Application) -> TestApp {
     }
 }
 
-/// An HTTP answer: status, content type and JSON body.
+/// An HTTP answer: status, content type and JSON body, and the request it answered.
 #[derive(Debug)]
 pub struct Reply {
     pub status: StatusCode,
     pub content_type: String,
     pub retry_after: Option<String>,
     pub body: Value,
+    /// `X-Request-Id` of the answer.
+    pub request_id: Option<String>,
+    /// The request's method and URL path (no query).
+    pub method: String,
+    pub path: String,
 }
 
 impl Reply {
@@ -248,10 +257,37 @@ impl Reply {
     #[track_caller]
     pub fn assert_problem(&self, status: u16, code: &str) -> String {
         assert_eq!(self.status.as_u16(), status, "{self:?}");
-        assert_eq!(self.content_type, "application/problem+json", "{self:?}");
         assert_eq!(self.body["code"], code, "{self:?}");
+        self.assert_listed_problem()
+    }
+
+    /// Asserts this is an RFC 9457 problem whose `code` the spec lists for this request's
+    /// operation and status (so a route answering a code missing from `http::problems` fails
+    /// every test that meets it), naming this request in `instance`; returns its detail.
+    #[track_caller]
+    pub fn assert_listed_problem(&self) -> String {
+        let status = self.status.as_u16();
+        let code = self.body["code"].as_str().unwrap_or_default();
+        assert_eq!(self.content_type, "application/problem+json", "{self:?}");
         assert_eq!(self.body["status"], status, "{self:?}");
         assert_eq!(self.body["type"], format!("urn:dsh-plan:problem:{code}"));
+        let (operation, listed) = listed::codes(&self.method, &self.path, status);
+        assert!(
+            listed.iter().any(|c| c == code),
+            "{} {} ({operation}) answered {status} `{code}`, which the spec does not list for it \
+             (listed: {listed:?}); add it to its row in http::problems::OPERATIONS",
+            self.method,
+            self.path
+        );
+        let id = self
+            .request_id
+            .as_deref()
+            .expect("every answer has an X-Request-Id");
+        assert_eq!(
+            self.body["instance"],
+            format!("urn:dsh-plan:request:{id}"),
+            "the problem names its request"
+        );
         let detail = self.body["detail"].as_str().unwrap_or_default().to_owned();
         assert!(
             !detail.is_empty(),
@@ -278,7 +314,10 @@ impl TestApp {
     }
 
     pub async fn send(&self, req: reqwest::RequestBuilder) -> Reply {
-        let res = req.send().await.expect("the server answers");
+        let (client, req) = req.build_split();
+        let req = req.expect("the request builds");
+        let (method, path) = (req.method().to_string(), req.url().path().to_owned());
+        let res = client.execute(req).await.expect("the server answers");
         let status = res.status();
         let header = |n: &str| {
             res.headers()
@@ -288,6 +327,7 @@ impl TestApp {
         };
         let content_type = header("content-type").unwrap_or_default();
         let retry_after = header("retry-after");
+        let request_id = header("x-request-id");
         let bytes = res.bytes().await.unwrap_or_default();
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         Reply {
@@ -295,6 +335,9 @@ impl TestApp {
             content_type,
             retry_after,
             body,
+            request_id,
+            method,
+            path,
         }
     }
 

@@ -28,6 +28,7 @@ mod replicas;
 mod retention;
 mod review;
 mod sessions;
+mod spec;
 mod sse;
 mod store_full;
 mod turns;

@@ -31,12 +31,34 @@ async fn the_served_spec_documents_every_route_with_problem_responses() {
     }
     for (route, ops) in paths.iter().filter(|(r, _)| r.starts_with("/v1/sessions")) {
         for (method, op) in ops.as_object().unwrap() {
-            let problem = &op["responses"]["4XX"]["content"]["application/problem+json"];
-            assert!(
-                problem.is_object(),
-                "{method} {route} documents its problems"
-            );
+            for status in ["401", "503"] {
+                let problem = &op["responses"][status]["content"]["application/problem+json"];
+                assert!(
+                    problem["schema"]["allOf"][0]["$ref"] == "#/components/schemas/Problem",
+                    "{method} {route} documents its {status} problems"
+                );
+            }
         }
     }
     assert!(spec["components"]["schemas"]["Problem"].is_object());
+}
+
+/// The README's problem tables are generated from `http::problems`; this keeps them current.
+#[test]
+fn the_readme_problem_tables_match_the_code() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let begin = readme
+        .find("<!-- problems:begin")
+        .and_then(|i| readme[i..].find('\n').map(|n| i + n + 1))
+        .expect("README has a problems:begin marker line");
+    let end = readme
+        .find("<!-- problems:end -->")
+        .expect("README has a problems:end marker");
+    let generated = dsh_plan::http::problems::table();
+    assert!(
+        readme[begin..end] == generated,
+        "README.md's problem tables are out of date: replace the lines between the \
+         problems:begin and problems:end markers with the output of\n\n    cargo run -q -- problems\n"
+    );
 }

@@ -13,8 +13,10 @@ use super::ids::{AgentId, EventId};
 pub const SCHEMA_VERSION: u16 = 1;
 
 pub mod options;
+mod outcomes;
 mod payloads;
 pub use options::{OptionKind, QuestionOption};
+pub use outcomes::*;
 pub use payloads::*;
 
 /// What happened. `type` names it; `data` carries its payload.

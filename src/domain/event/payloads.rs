@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::options::QuestionOption;
+use super::outcomes::ToolOutcome;
 use crate::domain::ids::{AgentId, EventId, SessionId, TenantId};
 
 /// Where a forked session came from.
@@ -137,8 +138,21 @@ pub struct TurnStarted {
 #[serde(deny_unknown_fields)]
 pub struct TurnEnded {
     pub turn: String,
-    /// `completed`, `cancelled` or `failed`.
+    /// Why the turn ended (a string on the wire; `crate::domain::agent::reason` names them).
+    #[schema(value_type = TurnEndReason)]
     pub reason: String,
+}
+
+/// Why a turn ended: `completed` (the model answered without tool calls), `cancelled` (a
+/// client cancelled it), `failed` (the provider kept failing, or every attempt of a step was
+/// lost) or `step-limit` (it reached `DSH_MAX_STEPS` and wanted another step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TurnEndReason {
+    Completed,
+    Cancelled,
+    Failed,
+    StepLimit,
 }
 
 /// A system-prompt section as a step header names it.
@@ -217,7 +231,8 @@ pub struct ToolResult {
     pub name: String,
     /// False for a failed call; `result.reason` then says why.
     pub ok: bool,
-    #[schema(value_type = Object)]
+    /// What the model reads as the call's result.
+    #[schema(value_type = ToolOutcome)]
     pub result: serde_json::Value,
 }
 
@@ -226,11 +241,20 @@ pub struct ToolResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Intent {
-    /// e.g. `plan-review`.
+    /// Which kind of question this is (a string on the wire).
+    #[schema(value_type = IntentKind)]
     pub kind: String,
     /// The label of the approving option, for UIs older than option kinds; decide by the
     /// option whose `kind` is `approve` instead.
     pub approve: String,
+}
+
+/// The kinds of question a capable UI may present specially: `plan-review` shows the plan with
+/// Approve / Keep planning. A UI should render an unknown kind as a generic question.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntentKind {
+    PlanReview,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -279,4 +303,39 @@ pub struct QuestionDismissed {
     /// Who dismissed it: `key:<key id>` or `token:<subject>`; absent on an open server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire<T: Serialize>(v: T) -> String {
+        serde_json::to_value(v)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn the_documented_turn_end_reasons_are_the_ones_recorded() {
+        use crate::domain::agent::reason;
+        use TurnEndReason::*;
+        let documented: Vec<String> = [Completed, Cancelled, Failed, StepLimit].map(wire).into();
+        let recorded = [
+            reason::COMPLETED,
+            reason::CANCELLED,
+            reason::FAILED,
+            reason::STEP_LIMIT,
+        ];
+        assert_eq!(documented, recorded);
+    }
+
+    #[test]
+    fn the_documented_intent_kind_is_the_one_asked() {
+        assert_eq!(
+            wire(IntentKind::PlanReview),
+            crate::domain::plan::review::REVIEW_KIND
+        );
+    }
 }

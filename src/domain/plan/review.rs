@@ -1,13 +1,14 @@
 //! The `exit_plan_mode` review table (DESIGN §2): the only model-initiated way out of plan
 //! mode is a plan the user approves through a question with the `plan-review` intent.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{decide_set, EXIT_TOOL};
 use crate::domain::agent::OpenCall;
 use crate::domain::event::options::{APPROVE, KEEP_PLANNING};
 use crate::domain::event::{
-    EventKind, Intent, OptionKind, QuestionAsked, QuestionOption, ToolCall,
+    EventKind, FailureReason, Intent, OptionKind, QuestionAsked, QuestionOption, ReviewApproved,
+    ToolCall, ToolFailure, ToolOutcome,
 };
 use crate::domain::questions::QuestionStatus;
 use crate::domain::{AgentId, SessionState};
@@ -29,10 +30,10 @@ pub enum ReviewStep {
     },
 }
 
-fn failed(reason: &str, message: String) -> ReviewStep {
+fn failed(reason: FailureReason, message: String) -> ReviewStep {
     ReviewStep::Done {
         ok: false,
-        result: json!({ "reason": reason, "message": message }),
+        result: ToolOutcome::failed(reason, message).to_value(),
         then: vec![],
     }
 }
@@ -53,11 +54,11 @@ pub fn review(
 ) -> ReviewStep {
     let call = &open.call;
     let Some(a) = state.agents.get(agent) else {
-        return failed("unavailable", UNAVAILABLE.into());
+        return failed(FailureReason::Unavailable, UNAVAILABLE.into());
     };
     if !a.plan.active {
         return failed(
-            "inactive",
+            FailureReason::Inactive,
             "Plan mode is not active, so there is nothing to exit. Carry on with the task.".into(),
         );
     }
@@ -66,20 +67,20 @@ pub fn review(
         .and_then(|v| v["plan"].as_str().map(str::to_owned));
     let Some(plan) = plan else {
         return failed(
-            "invalid-arguments",
+            FailureReason::InvalidArguments,
             format!("`{EXIT_TOOL}` takes {{\"plan\": string}} with the complete plan in Markdown."),
         );
     };
     if a.owner.is_some() {
         return failed(
-            "child",
+            FailureReason::Child,
             "You are a child agent and cannot open a plan review. Put the undecided decision and \
              your plan in your final result for the agent that owns you."
                 .into(),
         );
     }
     if !questions {
-        return failed("unavailable", UNAVAILABLE.into());
+        return failed(FailureReason::Unavailable, UNAVAILABLE.into());
     }
     let asked = open.question.as_ref().and_then(|q| state.questions.get(q));
     let Some(q) = asked else {
@@ -106,54 +107,48 @@ pub fn review(
         (QuestionStatus::Answered, Some(ans)) if q.chosen_kind() == Some(OptionKind::Approve) => {
             // Leaving is queued for the next step's pre-step; this batch is not rewritten.
             let (_, exit) = decide_set(a.plan.view(), true, false);
-            let mut result = json!({ "approved": true });
-            if let Some(text) = &ans.text {
+            let result = ToolOutcome::Approved(ReviewApproved {
+                approved: true,
                 // What the user said with the approval is for the model too.
-                result["feedback"] = text.as_str().into();
-            }
-            if let Some(by) = &ans.by {
-                result["decided_by"] = by.as_str().into();
-            }
-            ReviewStep::Done { ok: true, result, then: exit.into_iter().collect() }
+                feedback: ans.text.clone(),
+                decided_by: ans.by.clone(),
+            });
+            ReviewStep::Done { ok: true, result: result.to_value(), then: exit.into_iter().collect() }
         }
         (QuestionStatus::Answered, ans) => {
             let feedback = ans
                 .and_then(|a| a.text.clone().or_else(|| a.label.clone()))
                 .unwrap_or_else(|| KEEP_PLANNING.1.into());
-            let mut result = json!({
-                "reason": "rejected",
-                "feedback": feedback,
-                "message": "The user did not approve the plan. Stay in plan mode, revise the plan with their feedback and submit it again with `exit_plan_mode`."
+            let result = ToolOutcome::Failed(ToolFailure {
+                reason: FailureReason::Rejected,
+                message: "The user did not approve the plan. Stay in plan mode, revise the plan with their feedback and submit it again with `exit_plan_mode`.".into(),
+                feedback: Some(feedback),
+                decided_by: ans.and_then(|a| a.by.clone()),
             });
-            if let Some(by) = ans.and_then(|a| a.by.as_ref()) {
-                result["decided_by"] = by.as_str().into();
-            }
             ReviewStep::Done {
                 ok: false,
-                result,
+                result: result.to_value(),
                 then: vec![],
             }
         }
         (QuestionStatus::Dismissed, _) => failed(
-            "dismissed",
+            FailureReason::Dismissed,
             "The user closed the review to talk to you. Stay in plan mode and wait for their message.".into(),
         ),
-        (QuestionStatus::Aborted, _) => failed("unavailable", UNAVAILABLE.into()),
+        (QuestionStatus::Aborted, _) => failed(FailureReason::Unavailable, UNAVAILABLE.into()),
     }
 }
 
 /// The result of a call still open when its turn ends (cancelled or failed): a review fails
 /// closed as `unavailable`; any other call as `cancelled`.
 pub fn aborted(call: &ToolCall, reason: &str) -> (bool, Value) {
-    if call.name == EXIT_TOOL {
-        (
-            false,
-            json!({ "reason": "unavailable", "message": UNAVAILABLE }),
-        )
+    let outcome = if call.name == EXIT_TOOL {
+        ToolOutcome::failed(FailureReason::Unavailable, UNAVAILABLE)
     } else {
-        (
-            false,
-            json!({ "reason": "cancelled", "message": format!("The turn ended ({reason}) before this call ran.") }),
+        ToolOutcome::failed(
+            FailureReason::Cancelled,
+            format!("The turn ended ({reason}) before this call ran."),
         )
-    }
+    };
+    (false, outcome.to_value())
 }
