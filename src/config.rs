@@ -223,6 +223,14 @@ pub struct Settings {
         global = true
     )]
     pub max_streams: u64,
+    /// Sessions one event stream (`GET /v1/events`) may follow; past it 422 `too-many-sessions`.
+    #[arg(
+        long,
+        env = "DSH_STREAM_MAX_SESSIONS",
+        default_value_t = 100,
+        global = true
+    )]
+    pub stream_max_sessions: usize,
     /// The window `max_provider_calls` counts in, in milliseconds: a minute; shorter only in
     /// tests.
     #[arg(
@@ -265,6 +273,7 @@ impl Settings {
             max_running_turns: 200,
             max_provider_calls: 6_000,
             max_streams: 10_000,
+            stream_max_sessions: 100,
             provider_call_window_ms: 60_000,
         }
     }

@@ -235,6 +235,7 @@ impl Application {
             sse_heartbeat: std::time::Duration::from_millis(settings.sse_heartbeat_ms.max(100)),
             trim_on_compact: settings.trim_on_compact,
             max_agents: settings.max_agents.max(1),
+            stream_max_sessions: settings.stream_max_sessions.max(1),
             auth,
             requests: Default::default(),
             limits,

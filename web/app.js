@@ -134,8 +134,9 @@ function connect(sid) {
   on("assistant/message", (e) => finishAssistant(e));
   on("tool/result", (e) => toolNote(e));
   on("plan/mode", (e) => addMessage("note", e.data.active ? t.modeOn : t.modeOff));
-  on("plan/view", (v) => {
-    if (v.agent !== AGENT) return;
+  on("plan/view", (f) => {
+    if (f.agent !== AGENT) return;
+    const v = f.data;
     plan.confirmed = { active: v.active, ...(v.pending === undefined ? {} : { pending: v.pending }) };
     renderPlan();
   });
@@ -172,8 +173,9 @@ function addMessage(kind, text) {
   div.scrollIntoView({ block: "end" });
   return div;
 }
-function streamDelta(d) {
-  if (d.agent !== AGENT) return;
+function streamDelta(f) {
+  if (f.agent !== AGENT) return;
+  const d = f.data;
   const key = `${d.turn}/${d.step}`;
   if (app.finished.has(key)) return; // deltas are ephemeral and may trail the recorded message
   let b = app.bubbles.get(key);

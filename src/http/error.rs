@@ -67,6 +67,10 @@ pub enum Code {
     StreamQuota,
     /// The event store is out of memory: nothing can be written until space is freed.
     StoreFull,
+    /// A cursor (`Last-Event-ID`, `after`) past the session log's last event.
+    CursorOutOfRange,
+    /// An event stream asked to follow more sessions than one stream may.
+    TooManySessions,
     LogCorrupt,
     Internal,
 }
@@ -75,9 +79,8 @@ impl Code {
     pub fn status(self) -> StatusCode {
         use Code::*;
         match self {
-            MalformedJson | InvalidId | InvalidQuery | UnknownCommand | NotACommand => {
-                StatusCode::BAD_REQUEST
-            }
+            MalformedJson | InvalidId | InvalidQuery | UnknownCommand | NotACommand
+            | CursorOutOfRange => StatusCode::BAD_REQUEST,
             NotFound | SessionNotFound | AgentNotFound | QuestionNotFound | FeatureDisabled => {
                 StatusCode::NOT_FOUND
             }
@@ -85,7 +88,7 @@ impl Code {
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             InvalidBody | OwnerNotFound | UnknownLabel | TextNotAllowed | EmptyAnswer
-            | InvalidForkPoint => StatusCode::UNPROCESSABLE_ENTITY,
+            | InvalidForkPoint | TooManySessions => StatusCode::UNPROCESSABLE_ENTITY,
             WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized | TokenExpired => StatusCode::UNAUTHORIZED,
             InsufficientScope | CorsRefused => StatusCode::FORBIDDEN,

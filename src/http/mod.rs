@@ -48,6 +48,8 @@ pub struct AppState {
     pub trim_on_compact: bool,
     /// Agents one session may have (`DSH_MAX_AGENTS`).
     pub max_agents: usize,
+    /// Sessions one event stream may follow (`DSH_STREAM_MAX_SESSIONS`).
+    pub stream_max_sessions: usize,
     /// Who is calling: API keys, browser tokens.
     pub auth: Arc<crate::auth::Auth>,
     /// Responses and latencies for `/metrics`.
@@ -156,7 +158,7 @@ impl utoipa::Modify for BearerAuth {
             .get_or_insert_with(Default::default)
             .add_security_scheme("bearer", SecurityScheme::Http(scheme));
         for (path, item) in spec.paths.paths.iter_mut() {
-            if !path.starts_with("/v1/sessions") {
+            if !auth::guarded(path) {
                 continue;
             }
             for op in [
@@ -203,7 +205,8 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(sessions::fork_session)
         .service(sessions::compact_session)
         .service(tokens::mint_token)
-        .service(events::events);
+        .service(events::events)
+        .service(events::many_events);
 }
 
 /// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.

@@ -136,6 +136,14 @@ pub trait LimitStore: Send + Sync + 'static {
         ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<()>>;
 
+    /// Up to `at_most` live members of the tenant's `set` (in no particular order).
+    fn members<'a>(
+        &'a self,
+        tenant: &'a str,
+        set: CountedSet,
+        at_most: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<String>>>;
+
     /// Removes `member` from the tenant's `set`.
     fn release<'a>(
         &'a self,

@@ -1,7 +1,8 @@
 //! Limits in Redis: every Redis command behind [`LimitStore`].
 //!
 //! Keys: `<prefix>:{k:<key id>}:rate` (a key's bucket, `rate.lua`), and per tenant
-//! `<prefix>:{t:<tenant>}:sessions|turns|streams` (counted sets, `admit.lua` / `refresh.lua`),
+//! `<prefix>:{t:<tenant>}:sessions|turns|streams` (counted sets, `admit.lua` / `refresh.lua`,
+//! read by `members.lua`),
 //! `:calls` (the provider-call window, `window.lua`) and `:settings` (a hash of overrides).
 //! Every script declares its one key.
 
@@ -21,6 +22,7 @@ pub struct RedisLimits {
     admit: Script,
     refresh: Script,
     window: Script,
+    members: Script,
 }
 
 impl RedisLimits {
@@ -32,6 +34,7 @@ impl RedisLimits {
             admit: Script::new(include_str!("../admit.lua")),
             refresh: Script::new(include_str!("../refresh.lua")),
             window: Script::new(include_str!("../window.lua")),
+            members: Script::new(include_str!("../members.lua")),
         }
     }
 
@@ -169,6 +172,23 @@ impl LimitStore for RedisLimits {
                 .await
                 .map_err(unavailable)?;
             Ok(())
+        })
+    }
+
+    fn members<'a>(
+        &'a self,
+        tenant: &'a str,
+        set: CountedSet,
+        at_most: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<String>>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            self.members
+                .key(self.tenant_key(tenant, set.name()))
+                .arg(at_most)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)
         })
     }
 
