@@ -240,13 +240,16 @@ impl Application {
             requests: Default::default(),
             limits,
         });
+        // Before binding: bad certificate files stop the start with a clear message.
+        let tls =
+            crate::tls::server_config(settings.tls_cert.as_deref(), settings.tls_key.as_deref())?;
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;
         let port = listener.local_addr()?.port();
         let data = web::Data::from(state.clone());
         let origins =
             http::cors::parse_origins(&settings.cors_origins).map_err(anyhow::Error::msg)?;
-        let mut server = HttpServer::new(move || {
+        let server = HttpServer::new(move || {
             // Innermost first: writes must be JSON; CORS headers go on every answer to an
             // allowed origin, the guard's 415 included; the security headers go on everything.
             App::new()
@@ -258,13 +261,18 @@ impl Application {
                 .wrap(from_fn(http::track_requests))
                 .configure(http::configure(data.clone()))
         })
-        .listen(listener)?
         .disable_signals()
         .shutdown_timeout(5);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut server = match tls {
+            // ALPN: actix offers HTTP/2 (with its `http2` feature) and HTTP/1.1.
+            Some(config) => server.listen_rustls_0_23(listener, config)?,
+            None => server.listen(listener)?,
+        };
         if let Some(n) = settings.workers {
             server = server.workers(n.max(1));
         }
-        tracing::info!(replica = %replica_id, addr = %format!("{}:{port}", listener_host(&settings.bind)), "listening");
+        tracing::info!(replica = %replica_id, addr = %format!("{scheme}://{}:{port}", listener_host(&settings.bind)), "listening");
         Ok(Self {
             port,
             server: server.run(),

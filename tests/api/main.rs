@@ -32,5 +32,6 @@ mod review;
 mod sessions;
 mod sse;
 mod store_full;
+mod tls;
 mod turns;
 mod verify;
