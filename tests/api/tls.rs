@@ -143,37 +143,33 @@ async fn over_https_two_event_streams_share_one_http2_connection() {
     );
 }
 
+/// Why the start with `settings` failed.
+async fn start_error(settings: Settings) -> String {
+    match Application::build(settings).await {
+        Ok(_) => panic!("the start succeeded"),
+        Err(e) => e.to_string(),
+    }
+}
+
 #[tokio::test]
 async fn bad_certificate_files_stop_the_start_with_a_message_naming_them() {
     let certs = Certs::new();
     let mut missing = certs.settings();
     missing.tls_cert = Some("/nonexistent/cert.pem".into());
-    let e = Application::build(missing)
-        .await
-        .err()
-        .expect("the start fails")
-        .to_string();
+    let e = start_error(missing).await;
     assert!(
         e.contains("DSH_TLS_CERT `/nonexistent/cert.pem` cannot be read"),
         "{e}"
     );
     let mut half = certs.settings();
     half.tls_key = None;
-    let e = Application::build(half)
-        .await
-        .err()
-        .expect("the start fails")
-        .to_string();
+    let e = start_error(half).await;
     assert!(
         e.contains("DSH_TLS_CERT and DSH_TLS_KEY go together"),
         "{e}"
     );
     let mut swapped = certs.settings();
     swapped.tls_key = Some(certs.cert.clone());
-    let e = Application::build(swapped)
-        .await
-        .err()
-        .expect("the start fails")
-        .to_string();
+    let e = start_error(swapped).await;
     assert!(e.contains("DSH_TLS_KEY") && !e.contains("BEGIN"), "{e}");
 }
