@@ -14,9 +14,10 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::domain::event::frames::{
-    AssistantDelta, SessionDeleted, StreamReset, ASSISTANT_DELTA, PLAN_VIEW, RESET, SESSION_DELETED,
+    AssistantDelta, Frame, ResetReason, SessionDeleted, StreamReset, ASSISTANT_DELTA, PLAN_VIEW,
+    RESET, SESSION_DELETED,
 };
-use crate::domain::{EventKind, PlanView};
+use crate::domain::{AgentId, EventId, EventKind, PlanView, SessionId};
 
 /// Any frame of an event stream, told apart by `type` (the SSE `event:` line).
 pub struct EventFrame;
@@ -148,6 +149,15 @@ fn frames() -> Vec<FrameSchema> {
                 "The event that changed the view; absent on the views a stream opens with.",
             ),
             PlanView::name(),
+            example(
+                PLAN_VIEW,
+                true,
+                Some(EventId(12)),
+                PlanView {
+                    active: true,
+                    pending: Some(false),
+                },
+            ),
         ),
         (
             ASSISTANT_DELTA,
@@ -157,6 +167,17 @@ fn frames() -> Vec<FrameSchema> {
             Has::Always,
             (Has::Never, ""),
             AssistantDelta::name(),
+            example(
+                ASSISTANT_DELTA,
+                true,
+                None,
+                AssistantDelta {
+                    turn: "turn-0192f3a4",
+                    step: 1,
+                    attempt: 1,
+                    text: "Here is the ",
+                },
+            ),
         ),
         (
             RESET,
@@ -166,6 +187,17 @@ fn frames() -> Vec<FrameSchema> {
             Has::Never,
             (Has::Never, ""),
             StreamReset::name(),
+            example(
+                RESET,
+                false,
+                None,
+                StreamReset {
+                    reason: ResetReason::Trimmed,
+                    message: "events after your cursor were compacted away; re-read the session, \
+                              then reconnect after its last_event_id",
+                    first_available: EventId(41),
+                },
+            ),
         ),
         (
             SESSION_DELETED,
@@ -174,16 +206,37 @@ fn frames() -> Vec<FrameSchema> {
             Has::Never,
             (Has::Never, ""),
             SessionDeleted::name(),
+            example(SESSION_DELETED, false, None, SessionDeleted::NOW),
         ),
     ];
-    for (event, name, description, agent, id, payload) in derived {
+    for (event, name, description, agent, id, payload, example) in derived {
+        let mut schema = envelope(event, description, agent, id, &payload);
+        schema["example"] = example;
         out.push(FrameSchema {
             event: event.to_owned(),
             name: name.to_owned(),
-            schema: envelope(event, description, agent, id, &payload),
+            schema,
         });
     }
     out
+}
+
+/// A frame as the stream writes it, for the spec's examples.
+fn example<D: serde::Serialize>(kind: &str, agent: bool, id: Option<EventId>, data: D) -> Value {
+    let (Ok(session), main) = (
+        SessionId::parse("3f9c0d2a7be14c55a1d2e3f405162738"),
+        AgentId::root(),
+    ) else {
+        return Value::Null;
+    };
+    serde_json::to_value(Frame {
+        kind,
+        session: &session,
+        agent: agent.then_some(&main),
+        id,
+        data,
+    })
+    .unwrap_or_default()
 }
 
 fn to_schema(value: Value) -> RefOr<Schema> {
@@ -278,6 +331,30 @@ mod tests {
         let events: Vec<&str> = frames.iter().map(|f| f.event.as_str()).collect();
         for extra in ["plan/view", "assistant/delta", "reset", "session/deleted"] {
             assert!(events.contains(&extra), "{events:?}");
+        }
+    }
+
+    #[test]
+    fn the_examples_of_the_derived_frames_fit_their_schemas() {
+        let spec = serde_json::to_value(crate::http::openapi()).unwrap();
+        let components = &spec["components"];
+        for name in [
+            "PlanViewFrame",
+            "AssistantDeltaFrame",
+            "ResetFrame",
+            "SessionDeletedFrame",
+        ] {
+            let schema = &components["schemas"][name];
+            let root =
+                json!({"$ref": format!("#/components/schemas/{name}"), "components": components});
+            let validator = jsonschema::validator_for(&root).unwrap();
+            let example = &schema["example"];
+            assert!(example.is_object(), "{name} has an example");
+            let errors: Vec<String> = validator
+                .iter_errors(example)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{name}: {errors:?}");
         }
     }
 
