@@ -13,8 +13,7 @@
 //! A tenant-wide stream reads the tenant's live sessions (as its session quota counts them)
 //! every [`PICK_UP_EVERY`] and follows new ones from their first event.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fmt;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use actix_web::{get, web, HttpRequest, HttpResponse};
@@ -22,6 +21,7 @@ use bytes::Bytes;
 use futures_util::stream::{BoxStream, SelectAll};
 use futures_util::StreamExt;
 
+use super::cursor::Cursor;
 use super::sse::{deleted, Filter, Framing, Sse};
 use super::{presented_cursor, within_log, EventFrame, EventsQuery};
 use crate::auth::{self, Caller};
@@ -37,49 +37,6 @@ pub const PICK_UP_EVERY: Duration = Duration::from_secs(2);
 const RESET_MANY: &str = "events of this session after your cursor were compacted away; its \
                           frames go on from first_available: re-read the session and skip its \
                           events up to the last_event_id you read";
-
-/// Each followed session's last event delivered: `<sid>:<seq>` entries joined by `,`, sorted by
-/// session id (e.g. `3f9c…:12,7ab0…:4`). A session it does not name starts from its first
-/// event.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Cursor(BTreeMap<SessionId, u64>);
-
-impl Cursor {
-    /// Parses a composite cursor naming at most `max` sessions (a seq may also be written
-    /// `<seq>-0`).
-    pub fn parse(raw: &str, max: usize) -> Result<Self, String> {
-        let mut out = BTreeMap::new();
-        for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (sid, seq) = entry.split_once(':').ok_or_else(|| {
-                format!("cursor entry `{entry}` is not `<session>:<seq>` (GET /v1/events takes a composite cursor)")
-            })?;
-            let sid = SessionId::parse(sid)?;
-            out.insert(sid, EventId::parse(seq)?.seq());
-            if out.len() > max {
-                return Err(format!(
-                    "the cursor names more than {max} sessions, the most one stream follows"
-                ));
-            }
-        }
-        Ok(Self(out))
-    }
-
-    fn get(&self, sid: &SessionId) -> Option<EventId> {
-        self.0.get(sid).map(|seq| EventId(*seq))
-    }
-}
-
-impl fmt::Display for Cursor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, (sid, seq)) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{sid}:{seq}")?;
-        }
-        Ok(())
-    }
-}
 
 /// One session's item, tagged with the generation of the stream it came from; `None` when
 /// that stream ended.
@@ -142,7 +99,7 @@ impl Many {
 
     fn forget(&mut self, sid: &SessionId) {
         self.following.remove(sid);
-        self.cursor.0.remove(sid);
+        self.cursor.remove(sid);
     }
 
     async fn next(&mut self) -> Option<Result<Bytes, String>> {
@@ -183,7 +140,7 @@ impl Many {
             return;
         };
         if let Item::Event(e) = &item {
-            self.cursor.0.insert(sid.clone(), e.seq());
+            self.cursor.set(&sid, e.seq());
         }
         let cursor = &self.cursor;
         let frame = self.framing.encode(&sid, &item, |_| cursor.to_string());
@@ -194,7 +151,7 @@ impl Many {
             Item::Deleted => self.forget(&sid),
             Item::Reset { first_available } => {
                 let after = EventId(first_available.seq().saturating_sub(1));
-                self.cursor.0.insert(sid.clone(), after.seq());
+                self.cursor.set(&sid, after.seq());
                 match open_live(&self.state, &sid, Some(after)).await {
                     Ok(live) => self.follow(sid, live),
                     Err(ServiceError::SessionNotFound(_)) => {
@@ -284,6 +241,88 @@ fn listed(raw: &str) -> Result<Vec<SessionId>, ApiError> {
     Ok(out)
 }
 
+/// What a stream follows.
+struct Following {
+    sessions: Vec<SessionId>,
+    /// Sessions the cursor names that no longer exist (a tenant-wide stream tells of them).
+    gone: Vec<SessionId>,
+    scope: Scope,
+}
+
+/// The sessions `caller` may follow on one stream: `sessions=` (each must be theirs), a
+/// token's own session, or every session of the caller's tenant (and those its cursor names
+/// that are still theirs). Drops the cursor's other sessions and checks the rest are within
+/// their logs.
+async fn following(
+    state: &AppState,
+    caller: &Caller,
+    listed_raw: Option<&str>,
+    cursor: &mut Cursor,
+) -> Result<Following, ApiError> {
+    let max = state.stream_max_sessions;
+    let token_session = match &caller {
+        Caller::Token { claims, .. } => Some(claims.sid.clone()),
+        _ => None,
+    };
+    let (sessions, scope) = match (listed_raw, token_session) {
+        (Some(raw), _) => (listed(raw)?, Scope::Listed),
+        // A browser token is scoped to one session: that one.
+        (None, Some(sid)) => (vec![sid], Scope::Listed),
+        (None, None) => {
+            let tenant = caller.tenant().cloned();
+            let sessions = state
+                .limits
+                .tenant_sessions(tenant.as_ref(), max + 1)
+                .await
+                .map_err(ServiceError::from)?;
+            let every = tokio::time::interval_at(
+                tokio::time::Instant::now() + PICK_UP_EVERY,
+                PICK_UP_EVERY,
+            );
+            (sessions, Scope::Tenant(tenant, every))
+        }
+    };
+    at_most(sessions.len(), max, "this stream would follow")?;
+    let tenant_wide = matches!(scope, Scope::Tenant(..));
+    let mut candidates = sessions.clone();
+    if tenant_wide {
+        // Sessions the client followed before: still the tenant's (the count may lag), or
+        // gone while it was away, which it learns now.
+        candidates.extend(cursor.sessions().filter(|s| !sessions.contains(s)).cloned());
+        at_most(candidates.len(), max, "this stream and its cursor name")?;
+    }
+    let (mut follow, mut gone) = (Vec::new(), Vec::new());
+    for sid in candidates {
+        match state.guard(caller, &sid, None, auth::READ).await {
+            Ok(()) => follow.push(sid),
+            Err(e) if tenant_wide && e.code == Code::SessionNotFound => {
+                // Counted but not written yet (the next look decides), or gone.
+                if cursor.get(&sid).is_some() {
+                    gone.push(sid);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    cursor.keep(&follow);
+    for sid in &follow {
+        if let Some(c) = cursor.get(sid) {
+            let head = match state.sessions.state(sid).await {
+                Ok(head) => head,
+                // Counted for the tenant but not written yet (being created) or just deleted.
+                Err(ServiceError::SessionNotFound(_)) if tenant_wide => continue,
+                Err(e) => return Err(e.into()),
+            };
+            within_log(sid, c, head.seq)?;
+        }
+    }
+    Ok(Following {
+        sessions: follow,
+        gone,
+        scope,
+    })
+}
+
 /// Subscribe to the events of many sessions on one connection (Server-Sent Events).
 ///
 /// `sessions=a,b,…` names the sessions (a browser token: only its own); without it an API key
@@ -331,64 +370,11 @@ pub async fn many_events(
         .transpose()
         .map_err(|e| ApiError::new(Code::InvalidQuery, e))?
         .unwrap_or_default();
-    let token_session = match &caller {
-        Caller::Token { claims, .. } => Some(claims.sid.clone()),
-        _ => None,
-    };
-    let (sessions, scope) = match (query.sessions.as_deref(), token_session) {
-        (Some(raw), _) => (listed(raw)?, Scope::Listed),
-        // A browser token is scoped to one session: that one.
-        (None, Some(sid)) => (vec![sid], Scope::Listed),
-        (None, None) => {
-            let tenant = caller.tenant().cloned();
-            let sessions = state
-                .limits
-                .tenant_sessions(tenant.as_ref(), max + 1)
-                .await
-                .map_err(ServiceError::from)?;
-            let every = tokio::time::interval_at(
-                tokio::time::Instant::now() + PICK_UP_EVERY,
-                PICK_UP_EVERY,
-            );
-            (sessions, Scope::Tenant(tenant, every))
-        }
-    };
-    at_most(sessions.len(), max, "this stream would follow")?;
-    let tenant_wide = matches!(scope, Scope::Tenant(..));
-    let mut candidates = sessions.clone();
-    if tenant_wide {
-        // Sessions the client followed before: still the tenant's (the count may lag), or
-        // gone while it was away, which it learns now.
-        candidates.extend(cursor.0.keys().filter(|s| !sessions.contains(s)).cloned());
-        at_most(candidates.len(), max, "this stream and its cursor name")?;
-    }
-    let (mut follow, mut gone) = (Vec::new(), Vec::new());
-    for sid in candidates {
-        match state.guard(&caller, &sid, None, auth::READ).await {
-            Ok(()) => follow.push(sid),
-            Err(e) if tenant_wide && e.code == Code::SessionNotFound => {
-                // Counted but not written yet (the next look decides), or gone.
-                if cursor.0.contains_key(&sid) {
-                    gone.push(sid);
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    cursor.0.retain(|sid, _| follow.contains(sid));
-    for sid in &follow {
-        if let Some(c) = cursor.get(sid) {
-            let head = match state.sessions.state(sid).await {
-                Ok(head) => head,
-                // Counted for the tenant but not written yet (being created) or just deleted.
-                Err(ServiceError::SessionNotFound(_)) if matches!(scope, Scope::Tenant(..)) => {
-                    continue
-                }
-                Err(e) => return Err(e.into()),
-            };
-            within_log(sid, c, head.seq)?;
-        }
-    }
+    let Following {
+        sessions: follow,
+        gone,
+        scope,
+    } = following(&state, &caller, query.sessions.as_deref(), &mut cursor).await?;
     let permit = state.limits.admit_stream(caller.tenant()).await?;
     let mut many = Many {
         state: state.clone(),
@@ -422,29 +408,4 @@ pub async fn many_events(
         many.next().await.map(|frame| (frame, many))
     });
     Ok(Sse::new(&state, &caller, &query, permit, label, Box::pin(frames)).response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_composite_cursor_round_trips_sorted_by_session() {
-        let c = Cursor::parse("b:4, a:12-0,,", 10).unwrap();
-        assert_eq!(c.to_string(), "a:12,b:4");
-        assert_eq!(c.get(&SessionId::parse("a").unwrap()), Some(EventId(12)));
-        assert_eq!(Cursor::parse("", 10).unwrap(), Cursor::default());
-    }
-
-    #[test]
-    fn a_malformed_or_oversized_composite_cursor_is_refused() {
-        assert!(Cursor::parse("12-0", 10)
-            .unwrap_err()
-            .contains("<session>:<seq>"));
-        assert!(Cursor::parse("a:x", 10).is_err());
-        assert!(Cursor::parse("a b:1", 10).is_err());
-        assert!(Cursor::parse("a:1,b:2,c:3", 2)
-            .unwrap_err()
-            .contains("more than 2"));
-    }
 }

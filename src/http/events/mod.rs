@@ -23,6 +23,7 @@ use crate::auth::{self, Caller};
 use crate::domain::{EventId, SessionId};
 use crate::live::LiveStream;
 
+mod cursor;
 mod many;
 pub mod schema;
 mod sse;
