@@ -225,6 +225,21 @@ pub struct Settings {
         global = true
     )]
     pub max_streams: u64,
+    /// Sessions one event stream (`GET /v1/events`) may follow; past it 422 `too-many-sessions`.
+    #[arg(
+        long,
+        env = "DSH_STREAM_MAX_SESSIONS",
+        default_value_t = 100,
+        global = true
+    )]
+    pub stream_max_sessions: usize,
+    /// A PEM certificate chain: with `DSH_TLS_KEY`, the server speaks HTTPS (HTTP/2 and
+    /// HTTP/1.1 by ALPN) instead of plain HTTP.
+    #[arg(long, env = "DSH_TLS_CERT", global = true)]
+    pub tls_cert: Option<String>,
+    /// The PEM private key of `DSH_TLS_CERT` (never printed).
+    #[arg(long, env = "DSH_TLS_KEY", global = true, hide_env_values = true)]
+    pub tls_key: Option<String>,
     /// The window `max_provider_calls` counts in, in milliseconds: a minute; shorter only in
     /// tests.
     #[arg(
@@ -267,6 +282,9 @@ impl Settings {
             max_running_turns: 200,
             max_provider_calls: 6_000,
             max_streams: 10_000,
+            stream_max_sessions: 100,
+            tls_cert: None,
+            tls_key: None,
             provider_call_window_ms: 60_000,
         }
     }

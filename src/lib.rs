@@ -8,7 +8,7 @@
 //! - [`http`] — thin handlers, the one error type, the OpenAPI document;
 //! - [`redact`] — what of a URL or an outside error text may be logged, printed or returned;
 //! - [`verify`] — the invariant checker behind `dsh-plan verify`;
-//! - [`startup`] / [`config`] — build/run split and settings.
+//! - [`startup`] / [`config`] / [`tls`] — build/run split, settings, optional HTTPS.
 
 pub mod auth;
 pub mod composition;
@@ -22,4 +22,5 @@ pub mod redact;
 pub mod service;
 pub mod startup;
 pub mod store;
+pub mod tls;
 pub mod verify;

@@ -235,17 +235,21 @@ impl Application {
             sse_heartbeat: std::time::Duration::from_millis(settings.sse_heartbeat_ms.max(100)),
             trim_on_compact: settings.trim_on_compact,
             max_agents: settings.max_agents.max(1),
+            stream_max_sessions: settings.stream_max_sessions.max(1),
             auth,
             requests: Default::default(),
             limits,
         });
+        // Before binding: bad certificate files stop the start with a clear message.
+        let tls =
+            crate::tls::server_config(settings.tls_cert.as_deref(), settings.tls_key.as_deref())?;
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;
         let port = listener.local_addr()?.port();
         let data = web::Data::from(state.clone());
         let origins =
             http::cors::parse_origins(&settings.cors_origins).map_err(anyhow::Error::msg)?;
-        let mut server = HttpServer::new(move || {
+        let server = HttpServer::new(move || {
             // Innermost first: writes must be JSON; CORS headers go on every answer to an
             // allowed origin, the guard's 415 included; the security headers go on everything;
             // outermost, every request gets its id (and its span, and its access line).
@@ -259,13 +263,18 @@ impl Application {
                 .wrap(from_fn(http::request_id::track))
                 .configure(http::configure(data.clone()))
         })
-        .listen(listener)?
         .disable_signals()
         .shutdown_timeout(5);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut server = match tls {
+            // ALPN: actix offers HTTP/2 (with its `http2` feature) and HTTP/1.1.
+            Some(config) => server.listen_rustls_0_23(listener, config)?,
+            None => server.listen(listener)?,
+        };
         if let Some(n) = settings.workers {
             server = server.workers(n.max(1));
         }
-        tracing::info!(replica = %replica_id, addr = %format!("{}:{port}", listener_host(&settings.bind)), "listening");
+        tracing::info!(replica = %replica_id, addr = %format!("{scheme}://{}:{port}", listener_host(&settings.bind)), "listening");
         Ok(Self {
             port,
             server: server.run(),

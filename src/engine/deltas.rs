@@ -7,33 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::domain::event::frames::{AssistantDelta, Frame, ASSISTANT_DELTA};
 use crate::domain::{AgentId, SessionId};
 use crate::store::{Ephemeral, LiveBus, StepRef};
 
 /// How long a runner waits for its deltas to go out before recording the answer anyway (the
 /// live bus may be down; the recorded answer matters more than the order of ephemera).
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
-
-/// The SSE event name of a delta.
-pub const KIND: &str = "assistant/delta";
-
-/// An assistant text delta as subscribers see it.
-#[derive(Clone, Debug, Serialize)]
-pub struct Delta<'a> {
-    /// Always `assistant/delta`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub session: &'a str,
-    pub agent: &'a str,
-    pub turn: &'a str,
-    pub step: u32,
-    /// The step's attempt (1 for the first; a retried step streams its text again).
-    pub attempt: u32,
-    pub text: &'a str,
-}
 
 enum Message {
     Publish(Ephemeral),
@@ -65,13 +47,21 @@ impl Publisher {
         });
         Self {
             tx,
-            kind: Arc::from(KIND),
+            kind: Arc::from(ASSISTANT_DELTA),
         }
     }
 
-    /// Publishes `delta` of the session `sid`, routed by its agent and step.
-    pub fn send(&self, sid: &SessionId, agent: &AgentId, delta: &Delta<'_>) {
-        let body = match serde_json::to_string(delta) {
+    /// Publishes `delta` of `agent` in the session `sid`, routed by its agent and step.
+    pub fn send(&self, sid: &SessionId, agent: &AgentId, delta: AssistantDelta<'_>) {
+        let (turn, step, attempt) = (delta.turn.to_owned(), delta.step, delta.attempt);
+        let frame = Frame {
+            kind: ASSISTANT_DELTA,
+            session: sid,
+            agent: Some(agent),
+            id: None,
+            data: delta,
+        };
+        let body = match serde_json::to_string(&frame) {
             Ok(body) => body,
             Err(e) => return tracing::error!(error = %e, "a delta could not be serialized"),
         };
@@ -80,9 +70,9 @@ impl Publisher {
             agent: agent.clone(),
             kind: self.kind.clone(),
             step: Some(StepRef {
-                turn: delta.turn.to_owned(),
-                step: delta.step,
-                attempt: delta.attempt,
+                turn,
+                step,
+                attempt,
             }),
             body: body.into(),
         };

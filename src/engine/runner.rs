@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::assembly::ModelRequest;
-use super::deltas::Delta;
 use super::provider::{Completion, ProviderError};
 use super::{Engine, Exit, TurnRef, TurnStop};
+use crate::domain::event::frames::AssistantDelta;
 use crate::domain::turn::StepRequest;
 use crate::domain::{Next, SessionState, TenantId};
 use crate::limits::LimitError;
@@ -109,16 +109,13 @@ impl Engine {
             tracing::error!(%turn, step = at.0, "the rebuilt request differs from the frozen assembly");
         }
         let on_delta = |text: &str| {
-            let delta = Delta {
-                kind: super::deltas::KIND,
-                session: t.sid.as_str(),
-                agent: agent.as_str(),
+            let delta = AssistantDelta {
                 turn,
                 step: at.0,
                 attempt: at.1,
                 text,
             };
-            self.deltas.send(&t.sid, agent, &delta)
+            self.deltas.send(&t.sid, agent, delta)
         };
         // Waiting for the tenant's provider-call window is part of the call: a cancel, a
         // lost lease or a stopping replica ends the wait like it ends a request in flight.

@@ -1,8 +1,9 @@
-//! Credentials at the edge: every `/v1/sessions…` request is authenticated once, by the
-//! [`authenticate`] middleware, which leaves the [`Caller`] in the request for handlers to take
-//! as an extractor. Handlers then ask [`AppState::guard`] before they touch a session.
+//! Credentials at the edge: every `/v1/sessions…` and `/v1/events` request is authenticated
+//! once, by the [`authenticate`] middleware, which leaves the [`Caller`] in the request for
+//! handlers to take as an extractor. Handlers then ask [`AppState::guard`] before they touch a
+//! session.
 //!
-//! The credential is `Authorization: Bearer <API key or token>`; on the events route only, a
+//! The credential is `Authorization: Bearer <API key or token>`; on the event routes only, a
 //! token may also come as `?access_token=` (an `EventSource` cannot set headers). Neither is
 //! ever logged.
 
@@ -15,8 +16,14 @@ use super::{rate_limit, ApiError, AppState, Code};
 use crate::auth::{Action, Caller, Denied};
 use crate::domain::{AgentId, SessionId};
 
-/// Routes under this prefix need a credential (when auth is on); the rest are public.
-const GUARDED: &str = "/v1/sessions";
+/// Whether a route needs a credential (when auth is on): the session routes and the
+/// many-session event stream; the rest are public.
+pub(super) fn guarded(path: &str) -> bool {
+    path.starts_with("/v1/sessions") || path == MANY_EVENTS
+}
+
+/// The event stream of many sessions.
+const MANY_EVENTS: &str = "/v1/events";
 
 /// Authenticates a request to a session route, records its caller, and spends one request
 /// of its key's rate (429 past it; `RateLimit` headers on every answer to a key).
@@ -26,7 +33,7 @@ pub async fn authenticate(
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     // The decoded path, as the router matches it (`/v1/%73essions` is `/v1/sessions`).
     let path = req.match_info().as_str().to_owned();
-    if !path.starts_with(GUARDED) || req.method() == actix_web::http::Method::OPTIONS {
+    if !guarded(&path) || req.method() == actix_web::http::Method::OPTIONS {
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
     let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
@@ -73,7 +80,7 @@ fn refuse(req: ServiceRequest, e: ApiError) -> Result<ServiceResponse<BoxBody>, 
     Ok(req.into_response(e.error_response()))
 }
 
-/// The presented credential: the bearer header, or `access_token` on the events route.
+/// The presented credential: the bearer header, or `access_token` on the event routes.
 fn credential(req: &HttpRequest, path: &str) -> Option<String> {
     if let Some(value) = req.headers().get(header::AUTHORIZATION) {
         let value = value.to_str().ok()?;
@@ -84,7 +91,8 @@ fn credential(req: &HttpRequest, path: &str) -> Option<String> {
     }
     let segments: Vec<&str> = path.split('/').collect();
     let events = req.method() == actix_web::http::Method::GET
-        && matches!(segments.as_slice(), ["", "v1", "sessions", sid, "events"] if !sid.is_empty());
+        && (path == MANY_EVENTS
+            || matches!(segments.as_slice(), ["", "v1", "sessions", sid, "events"] if !sid.is_empty()));
     if !events {
         return None;
     }

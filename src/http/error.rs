@@ -71,6 +71,10 @@ pub enum Code {
     UnknownOption,
     /// A known path asked with a method it does not take; `Allow` lists the ones it does.
     MethodNotAllowed,
+    /// A cursor (`Last-Event-ID`, `after`) past the session log's last event.
+    CursorOutOfRange,
+    /// An event stream asked to follow more sessions than one stream may.
+    TooManySessions,
     LogCorrupt,
     Internal,
 }
@@ -79,9 +83,8 @@ impl Code {
     pub fn status(self) -> StatusCode {
         use Code::*;
         match self {
-            MalformedJson | InvalidId | InvalidQuery | UnknownCommand | NotACommand => {
-                StatusCode::BAD_REQUEST
-            }
+            MalformedJson | InvalidId | InvalidQuery | UnknownCommand | NotACommand
+            | CursorOutOfRange => StatusCode::BAD_REQUEST,
             NotFound | SessionNotFound | AgentNotFound | QuestionNotFound | FeatureDisabled => {
                 StatusCode::NOT_FOUND
             }
@@ -89,7 +92,7 @@ impl Code {
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             InvalidBody | OwnerNotFound | UnknownLabel | UnknownOption | TextNotAllowed
-            | EmptyAnswer | InvalidForkPoint => StatusCode::UNPROCESSABLE_ENTITY,
+            | EmptyAnswer | InvalidForkPoint | TooManySessions => StatusCode::UNPROCESSABLE_ENTITY,
             WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized | TokenExpired => StatusCode::UNAUTHORIZED,
             InsufficientScope | CorsRefused => StatusCode::FORBIDDEN,

@@ -52,6 +52,8 @@ pub struct AppState {
     pub trim_on_compact: bool,
     /// Agents one session may have (`DSH_MAX_AGENTS`).
     pub max_agents: usize,
+    /// Sessions one event stream may follow (`DSH_STREAM_MAX_SESSIONS`).
+    pub stream_max_sessions: usize,
     /// Who is calling: API keys, browser tokens.
     pub auth: Arc<crate::auth::Auth>,
     /// Responses and latencies for `/metrics`.
@@ -175,7 +177,8 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(sessions::fork_session)
         .service(sessions::compact_session)
         .service(tokens::mint_token)
-        .service(events::events);
+        .service(events::events)
+        .service(events::many_events);
 }
 
 /// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.

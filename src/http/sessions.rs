@@ -170,7 +170,8 @@ pub async fn get_agent(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LogQuery {
-    /// Return events after this event id (exclusive); omit to start at the beginning.
+    /// Return events after this event id (exclusive); omit to start at the beginning. Past the
+    /// session's last event: 400 `cursor-out-of-range`.
     #[param(example = "0-0")]
     pub after: Option<String>,
     /// Page size, 1-1000 (default 100).
@@ -187,12 +188,20 @@ pub struct LogPage {
     pub cursor: EventId,
     /// True when the page is full, so more events may follow right away.
     pub has_more: bool,
+    /// Present when events after `after` were trimmed by a compaction: the first id the log
+    /// still holds (this page starts there). The session's state is in its
+    /// `session/compacted` snapshot; re-read the session rather than rebuild it from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "41-0")]
+    pub trimmed_before: Option<EventId>,
 }
 
 /// Read the session log in order, a page at a time.
 ///
-/// Pass the page's `cursor` as `after` to read on. Event ids are `<seq>-0`, where `seq` counts
-/// the session's events from 1: compare them by `seq`, as numbers.
+/// Event ids are `<seq>-0`, each session counting its events from `1-0`: order them by `seq`
+/// as a number, never as strings (`10-0` follows `9-0`). An `after` past the last event gets
+/// 400 `cursor-out-of-range`. A page that starts where a compaction trimmed the log says so
+/// with `trimmed_before` (the first id still there) instead of skipping silently.
 #[utoipa::path(
     tag = "sessions",
     operation_id = "readLog",
@@ -225,12 +234,22 @@ pub async fn read_log(
         .sessions
         .page(&sid, after.seq(), limit as usize)
         .await?;
+    if events.is_empty() && after.seq() > 0 {
+        // Nothing after it: the end of the log, or past it.
+        let head = state.sessions.state(&sid).await?;
+        super::events::within_log(&sid, after, head.seq)?;
+    }
+    let trimmed_before = events
+        .first()
+        .filter(|first| first.seq() > after.seq() + 1)
+        .map(|first| first.id);
     let cursor = events.last().map(|e| e.id).unwrap_or(after);
     let has_more = events.len() == limit as usize;
     Ok(web::Json(LogPage {
         events,
         cursor,
         has_more,
+        trimmed_before,
     }))
 }
 

@@ -36,7 +36,7 @@ pub struct MintToken {
 /// A minted token.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MintedToken {
-    /// Send as `Authorization: Bearer <token>`, or as `?access_token=` on the events route.
+    /// Send as `Authorization: Bearer <token>`, or as `?access_token=` on the event routes.
     pub token: String,
     #[serde(with = "crate::domain::event::rfc3339_ms")]
     #[schema(value_type = String, example = "2026-12-02T10:38:53.000Z")]

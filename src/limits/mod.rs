@@ -194,6 +194,24 @@ impl Limits {
             .await
     }
 
+    /// Up to `at_most` of the tenant's live sessions, as its session quota counts them (for a
+    /// tenant-wide event stream).
+    pub async fn tenant_sessions(
+        &self,
+        tenant: Option<&TenantId>,
+        at_most: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let members = self
+            .store
+            .members(tenant_name(tenant), CountedSet::Sessions, at_most)
+            .await?;
+        // Only this service writes the set; a member that is no session id is skipped.
+        Ok(members
+            .iter()
+            .filter_map(|m| SessionId::parse(m).ok())
+            .collect())
+    }
+
     /// A session was written: moves its expiry in the count to `retention` from now, at most
     /// once per tenth of the retention per replica, in the background. Nothing for a session
     /// kept until deleted.

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{broadcast, mpsc};
 
+use crate::domain::event::frames::RecordedFrame;
 use crate::domain::{Recorded, SessionId};
 use crate::store::{Ephemeral, EventLog, LiveBus, LiveMessage};
 
@@ -32,24 +33,31 @@ pub const FEED_CAPACITY: usize = 1024;
 /// many subscribers send it.
 #[derive(Debug)]
 pub struct LiveEvent {
+    /// The session it was committed to: every frame names its session.
+    sid: SessionId,
     event: Recorded,
     json: std::sync::OnceLock<Result<Arc<str>, String>>,
 }
 
 impl LiveEvent {
-    pub fn new(event: Recorded) -> Arc<Self> {
+    pub fn new(sid: &SessionId, event: Recorded) -> Arc<Self> {
         Arc::new(Self {
+            sid: sid.clone(),
             event,
             json: std::sync::OnceLock::new(),
         })
     }
 
-    /// The event as JSON (the SSE frame's `data:`), serialized on first use.
+    /// The event's frame as JSON (the SSE frame's `data:`: the event naming its session),
+    /// serialized on first use.
     pub fn json(&self) -> Result<&str, &str> {
         let json = self.json.get_or_init(|| {
-            serde_json::to_string(&self.event)
-                .map(Arc::from)
-                .map_err(|e| e.to_string())
+            serde_json::to_string(&RecordedFrame {
+                session: &self.sid,
+                event: &self.event,
+            })
+            .map(Arc::from)
+            .map_err(|e| e.to_string())
         });
         json.as_deref().map_err(String::as_str)
     }
@@ -148,7 +156,10 @@ impl Hub {
             match msg {
                 LiveMessage::Events { sid, events } => {
                     if let Some(tx) = feeds.get(&sid) {
-                        let shared = events.into_iter().map(LiveEvent::new).collect();
+                        let shared = events
+                            .into_iter()
+                            .map(|e| LiveEvent::new(&sid, e))
+                            .collect();
                         let _ = tx.send(FeedItem::Events(shared));
                     }
                 }

@@ -190,7 +190,7 @@ impl LiveStream {
             self.mode = Mode::Following { fresh: true };
         }
         for e in batch {
-            self.accept(LiveEvent::new(e));
+            self.accept(LiveEvent::new(&self.sid, e));
         }
     }
 

@@ -172,6 +172,14 @@ pub trait LimitStore: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'a, StoreResult<SessionPage>>;
 
+    /// Up to `at_most` live members of the tenant's `set` (in no particular order).
+    fn members<'a>(
+        &'a self,
+        tenant: &'a str,
+        set: CountedSet,
+        at_most: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<String>>>;
+
     /// Removes `member` from the tenant's `set` (a session from the list too).
     fn release<'a>(
         &'a self,

@@ -305,7 +305,7 @@ async fn a_cursor_past_the_head_is_refused_not_silently_swallowed() {
     let reply = app
         .get(&format!("/v1/sessions/{fork}/events?after=41-0"))
         .await;
-    let detail = reply.assert_problem(400, "invalid-query");
+    let detail = reply.assert_problem(400, "cursor-out-of-range");
     assert!(detail.contains("41-0"), "{detail}");
     // At the head itself a stream opens (and a later event reaches it).
     let head = app.session(&fork).await.ok()["last_event_id"]
@@ -346,8 +346,8 @@ async fn every_delta_of_a_step_arrives_before_its_message_and_they_spell_it() {
             .await;
         let streamed: String = frames
             .iter()
-            .filter(|f| f.event == "assistant/delta" && f.data["turn"] == turn.as_str())
-            .map(|f| f.data["text"].as_str().unwrap())
+            .filter(|f| f.event == "assistant/delta" && f.data["data"]["turn"] == turn.as_str())
+            .map(|f| f.data["data"]["text"].as_str().unwrap())
             .collect();
         let message = frames.last().unwrap().data["data"]["text"]
             .as_str()

@@ -133,7 +133,8 @@ async fn open_event_streams_on_every_replica_end_with_session_deleted() {
         let last = rest.last().expect("a last frame");
         assert_eq!(last.event, "session/deleted", "{rest:#?}");
         assert_eq!(last.id, None);
-        assert_eq!(last.data["reason"], "deleted");
+        assert_eq!(last.data["data"]["reason"], "deleted");
+        assert_eq!(last.data["session"], sid.as_str());
         assert!(*sse.ended.borrow(), "the server ended the stream");
     }
     // Reconnecting gets the session's 404, so an EventSource stops.

@@ -9,11 +9,7 @@ use crate::sse::{Frame, SseClient};
 
 /// The `(turn, step)` a delta or an assistant message belongs to.
 fn step_of(f: &Frame) -> (String, u64) {
-    let data = if f.event == "assistant/delta" {
-        &f.data
-    } else {
-        &f.data["data"]
-    };
+    let data = &f.data["data"];
     (
         data["turn"].as_str().unwrap().to_owned(),
         data["step"].as_u64().unwrap(),
@@ -70,7 +66,7 @@ async fn no_delta_of_a_step_reaches_a_subscriber_after_that_steps_message() {
                         !answered.contains(&step_of(f)),
                         "a delta after its step's message: {f:?}"
                     );
-                    assert_eq!(f.data["attempt"], 1, "{f:?}");
+                    assert_eq!(f.data["data"]["attempt"], 1, "{f:?}");
                 }
                 _ => {}
             }

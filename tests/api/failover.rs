@@ -293,8 +293,12 @@ async fn sigterm_of_the_replica_running_a_step_hands_the_turn_to_another_within_
     let answer_at = position(&|f| f.event == "assistant/message").unwrap();
     for (i, f) in frames.iter().enumerate() {
         if f.event == "assistant/delta" {
-            assert_eq!(f.data["step"], 1);
-            assert_eq!(f.data["attempt"], if i < retry_at { 1 } else { 2 }, "{f:?}");
+            assert_eq!(f.data["data"]["step"], 1);
+            assert_eq!(
+                f.data["data"]["attempt"],
+                if i < retry_at { 1 } else { 2 },
+                "{f:?}"
+            );
             assert!(
                 i < answer_at,
                 "a delta after the step's answer: {frames:#?}"

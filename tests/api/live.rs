@@ -30,7 +30,10 @@ async fn a_put_on_a_reaches_subscribers_on_b_and_c_as_plan_mode_and_plan_view() 
     let first = on_b
         .until("the initial view", |f| f.event == "plan/view")
         .await;
-    assert_eq!(first[0].data, json!({"agent": "main", "active": false}));
+    assert_eq!(
+        first[0].data,
+        json!({"type": "plan/view", "session": sid, "agent": "main", "data": {"active": false}})
+    );
     assert_eq!(first[0].id, None, "the initial view is not an event");
 
     assert_eq!(
@@ -40,7 +43,7 @@ async fn a_put_on_a_reaches_subscribers_on_b_and_c_as_plan_mode_and_plan_view() 
     for sub in [&mut on_b, &mut on_c] {
         let frames = sub
             .until("plan/view active", |f| {
-                f.event == "plan/view" && f.data["active"] == true
+                f.event == "plan/view" && f.data["data"]["active"] == true
             })
             .await;
         let mode = frames
@@ -127,15 +130,10 @@ async fn type_and_agent_filters_select_what_a_client_reads() {
     let seen: Vec<(&str, &str, bool)> = frames
         .iter()
         .map(|f| {
-            let active = if f.event == "plan/mode" {
-                &f.data["data"]["active"]
-            } else {
-                &f.data["active"]
-            };
             (
                 f.event.as_str(),
                 f.data["agent"].as_str().unwrap(),
-                active.as_bool().unwrap(),
+                f.data["data"]["active"].as_bool().unwrap(),
             )
         })
         .collect();
@@ -318,7 +316,8 @@ async fn compact_then_fork_then_resume_keeps_plan_state_and_trimmed_cursors_get_
         .iter()
         .find(|f| f.event == "reset")
         .expect("a reset event");
-    assert_eq!(reset.data["reason"], "trimmed");
+    assert_eq!(reset.data["data"]["reason"], "trimmed");
+    assert_eq!(reset.data["data"]["first_available"], log[0]["id"]);
     // A fork after compaction and a resumed conversation both start from the snapshot.
     let forked = c
         .post_json(&format!("/v1/sessions/{sid}/fork"), json!({}))
@@ -557,12 +556,7 @@ async fn with_a_thousand_agents_every_subscriber_gets_each_flip_of_one_agent_as_
             .filter_map(|f| {
                 let id = f.id.clone()?;
                 let seq: u64 = id.trim_end_matches("-0").parse().unwrap();
-                let view = match f.event.as_str() {
-                    "plan/mode" => {
-                        json!({"agent": f.data["agent"], "active": f.data["data"]["active"]})
-                    }
-                    _ => f.data.clone(),
-                };
+                let view = json!({"agent": f.data["agent"], "active": f.data["data"]["active"]});
                 (seq > head).then(|| (id, f.event.clone(), view))
             })
             .collect();

@@ -19,15 +19,25 @@ pub struct SseClient {
     /// True once the server ended the stream.
     pub ended: tokio::sync::watch::Receiver<bool>,
     pub last_id: Option<String>,
+    /// Every frame handed to the test so far.
+    seen: Vec<Frame>,
 }
 
 impl SseClient {
     /// Connects to `url`, optionally resuming with `Last-Event-ID`.
     pub async fn connect(url: &str, last_event_id: Option<&str>) -> Self {
+        Self::connect_as(url, last_event_id, None).await
+    }
+
+    /// [`Self::connect`] presenting `bearer` (an API key or a token) in `Authorization`.
+    pub async fn connect_as(url: &str, last_event_id: Option<&str>, bearer: Option<&str>) -> Self {
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let mut req = client.get(url).header("accept", "text/event-stream");
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id);
+        }
+        if let Some(credential) = bearer {
+            req = req.bearer_auth(credential);
         }
         let res = req.send().await.expect("the SSE endpoint answers");
         assert_eq!(res.status(), 200, "{url}");
@@ -60,6 +70,7 @@ impl SseClient {
             rx,
             ended,
             last_id: last_event_id.map(str::to_owned),
+            seen: Vec::new(),
         }
     }
 
@@ -72,7 +83,13 @@ impl SseClient {
         if let Some(id) = &frame.id {
             self.last_id = Some(id.clone());
         }
+        self.seen.push(frame.clone());
         Some(frame)
+    }
+
+    /// Every frame the test has read from this stream, in order.
+    pub fn seen(&self) -> &[Frame] {
+        &self.seen
     }
 
     /// Frames until one matches `pred` (inclusive); panics after 10 s.

@@ -102,7 +102,9 @@ test("a frontend on an allowed origin drives plan mode, the review and Approve o
   assert.equal(result.outcome, "committed");
   assert.match(result.plan, /fix the login bug/);
   assert.equal(result.answered, "answered");
-  assert.deepEqual(result.view, { agent: "main", active: false });
+  const { id: viewId, ...view } = result.view;
+  assert.match(viewId, /^[0-9]+-0$/, "a view names the event that changed it");
+  assert.deepEqual(view, { type: "plan/view", session: result.sid, agent: "main", data: { active: false } });
   assert.equal(result.result, "Plan approved. Starting work.");
   await shot(page, "cors-allowed-origin");
   assert.deepEqual(consoleErrors, [], "no CORS or other errors in the console");

@@ -12,6 +12,7 @@ use super::ids::{AgentId, EventId};
 /// Version of the event schema written into every entry (`v`).
 pub const SCHEMA_VERSION: u16 = 1;
 
+pub mod frames;
 pub mod options;
 mod outcomes;
 mod payloads;

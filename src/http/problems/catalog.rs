@@ -57,6 +57,14 @@ pub fn describe(code: Code) -> (&'static str, &'static str) {
             "The question was already answered or dismissed: the first answer wins and nothing is appended.",
             "question `plan-review-7` is already answered; the first answer wins",
         ),
+        CursorOutOfRange => (
+            "The cursor (`Last-Event-ID` or `after`) is past the session log's last event: resume from an id the server sent.",
+            "cursor `90-0` is past the end of session `9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e` (last event `12-0`)",
+        ),
+        TooManySessions => (
+            "The event stream names (or the tenant has) more sessions than one stream may follow (`DSH_STREAM_MAX_SESSIONS`).",
+            "one stream follows at most 100 sessions; 140 were asked for",
+        ),
         UnknownOption => (
             "The answer names an option id the question does not offer.",
             "question `plan-review-7` has no option `approve_all`; its options are `approve`, `keep_planning`",

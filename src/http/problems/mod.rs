@@ -73,10 +73,38 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
     ("listSessions", &[CREDENTIALS, STORE, QUERY]),
     ("listAgents", &[CREDENTIALS, STORE, SESSION, FOLD]),
     ("getAgent", &[CREDENTIALS, STORE, SESSION, AGENT, FOLD]),
-    ("readLog", &[CREDENTIALS, STORE, SESSION, FOLD, QUERY]),
+    (
+        "readLog",
+        &[
+            CREDENTIALS,
+            STORE,
+            SESSION,
+            FOLD,
+            QUERY,
+            &[CursorOutOfRange],
+        ],
+    ),
     (
         "streamEvents",
-        &[CREDENTIALS, STORE, SESSION, FOLD, QUERY, &[StreamQuota]],
+        &[
+            CREDENTIALS,
+            STORE,
+            SESSION,
+            FOLD,
+            QUERY,
+            &[CursorOutOfRange, StreamQuota],
+        ],
+    ),
+    (
+        "streamManyEvents",
+        &[
+            CREDENTIALS,
+            STORE,
+            SESSION,
+            FOLD,
+            QUERY,
+            &[CursorOutOfRange, TooManySessions, StreamQuota],
+        ],
     ),
     (
         "getPlan",

@@ -181,6 +181,24 @@ impl LimitStore for MemoryLimits {
         })
     }
 
+    fn members<'a>(
+        &'a self,
+        tenant: &'a str,
+        set: CountedSet,
+        at_most: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<String>>> {
+        self.with(move |s, now| {
+            s.sets
+                .get(&(tenant.to_owned(), set))
+                .into_iter()
+                .flatten()
+                .filter(|(_, expiry)| **expiry >= now)
+                .map(|(m, _)| m.clone())
+                .take(at_most)
+                .collect()
+        })
+    }
+
     fn release<'a>(
         &'a self,
         tenant: &'a str,

@@ -1,7 +1,8 @@
 //! Limits in Redis: every Redis command behind [`LimitStore`].
 //!
 //! Keys: `<prefix>:{k:<key id>}:rate` (a key's bucket, `rate.lua`), and per tenant
-//! `<prefix>:{t:<tenant>}:sessions|turns|streams` (counted sets, `admit.lua` / `refresh.lua`),
+//! `<prefix>:{t:<tenant>}:sessions|turns|streams` (counted sets, `admit.lua` / `refresh.lua`,
+//! read by `members.lua`),
 //! `:sessions:order` (the sessions' creation order, kept by `admit.lua` beside the counted
 //! set and paged by `list.lua`), `:calls` (the provider-call window, `window.lua`) and
 //! `:settings` (a hash of overrides). Every script declares its keys, all of one tenant's
@@ -27,6 +28,7 @@ pub struct RedisLimits {
     refresh: Script,
     window: Script,
     list: Script,
+    members: Script,
 }
 
 impl RedisLimits {
@@ -39,6 +41,7 @@ impl RedisLimits {
             refresh: Script::new(include_str!("../refresh.lua")),
             window: Script::new(include_str!("../window.lua")),
             list: Script::new(include_str!("../list.lua")),
+            members: Script::new(include_str!("../members.lua")),
         }
     }
 
@@ -225,6 +228,23 @@ impl LimitStore for RedisLimits {
                 .await
                 .map_err(unavailable)?;
             Ok(())
+        })
+    }
+
+    fn members<'a>(
+        &'a self,
+        tenant: &'a str,
+        set: CountedSet,
+        at_most: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<String>>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            self.members
+                .key(self.tenant_key(tenant, set.name()))
+                .arg(at_most)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)
         })
     }
 

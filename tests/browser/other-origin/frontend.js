@@ -74,7 +74,7 @@ async function planFlow() {
   log("event stream open");
   let from = events.mark();
   const set = await call("PUT", `/v1/sessions/${sid}/agents/main/plan`, { active: true });
-  await events.next(from, "plan/view", (v) => v.agent === "main" && v.active === true);
+  await events.next(from, "plan/view", (v) => v.agent === "main" && v.data.active === true);
   from = events.mark();
   const { turn } = await call("POST", `/v1/sessions/${sid}/agents/main/messages`, { text: "fix the login bug" });
   const asked = await events.next(from, "question/asked", (e) => e.data.intent?.kind === "plan-review");
@@ -83,7 +83,7 @@ async function planFlow() {
   from = events.mark();
   const answered = await call("POST", `/v1/sessions/${sid}/questions/${q.id}/answer`, { option: q.options.find((o) => o.kind === "approve").id });
   const [view, done] = await Promise.all([
-    events.next(from, "plan/view", (v) => v.agent === "main" && v.active === false && v.pending === undefined),
+    events.next(from, "plan/view", (v) => v.agent === "main" && v.data.active === false && v.data.pending === undefined),
     events.next(from, "assistant/message", (e) => e.agent === "main" && e.data.text.startsWith("Plan approved")),
     events.next(from, "turn/ended", (e) => e.data.turn === turn),
   ]);

@@ -1,0 +1,370 @@
+//! The event streams' frames in the OpenAPI document: one schema per frame (`PlanModeFrame`,
+//! `PlanViewFrame`, `AssistantDeltaFrame`, …) and [`EventFrame`], their `oneOf` with a
+//! discriminator on `type`, which both event routes name as their `text/event-stream` body.
+//!
+//! The recorded frames are derived from [`EventKind`]'s own schema, so a new event type gets
+//! its frame schema without anyone listing it here; the frames' payloads are the types the
+//! wire is serialized from ([`crate::domain::event::frames`]).
+
+use std::borrow::Cow;
+
+use serde_json::{json, Value};
+use utoipa::openapi::schema::{Discriminator, OneOfBuilder, Schema};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::domain::event::frames::{
+    AssistantDelta, Frame, ResetReason, SessionDeleted, StreamReset, ASSISTANT_DELTA, PLAN_VIEW,
+    RESET, SESSION_DELETED,
+};
+use crate::domain::{AgentId, EventId, EventKind, PlanView, SessionId};
+
+/// Any frame of an event stream, told apart by `type` (the SSE `event:` line).
+pub struct EventFrame;
+
+/// Whether a frame's envelope carries a member.
+#[derive(Clone, Copy, PartialEq)]
+enum Has {
+    Always,
+    Sometimes,
+    Never,
+}
+
+/// One frame's schema.
+struct FrameSchema {
+    /// The `type` / `event:` value.
+    event: String,
+    /// Its component name.
+    name: String,
+    schema: Value,
+}
+
+const SESSION: &str = "The session the frame belongs to.";
+const EVENT_ID: &str = "The event id `<seq>-0`, the event's position in its session's log: \
+                        order ids by `seq` as a number, never as strings (`10-0` follows `9-0`).";
+
+/// The envelope every frame shares around its payload `data` (a `$ref`).
+fn envelope(event: &str, description: &str, agent: Has, id: (Has, &str), data: &str) -> Value {
+    let mut properties = serde_json::Map::new();
+    let mut required = vec![json!("type"), json!("session")];
+    properties.insert(
+        "type".into(),
+        json!({"type": "string", "enum": [event], "description": "The frame's name; the SSE `event:` line says the same."}),
+    );
+    properties.insert(
+        "session".into(),
+        json!({"type": "string", "description": SESSION}),
+    );
+    for (name, has, schema) in [
+        (
+            "agent",
+            agent,
+            json!({"type": "string", "description": "The agent it concerns.", "example": "main"}),
+        ),
+        (
+            "id",
+            id.0,
+            json!({"type": "string", "pattern": "^[0-9]+-0$", "description": id.1, "example": "12-0"}),
+        ),
+    ] {
+        if has != Has::Never {
+            properties.insert(name.into(), schema);
+        }
+        if has == Has::Always {
+            required.push(json!(name));
+        }
+    }
+    properties.insert(
+        "data".into(),
+        json!({"$ref": format!("#/components/schemas/{data}")}),
+    );
+    required.push(json!("data"));
+    json!({
+        "type": "object",
+        "description": description,
+        "required": required,
+        "properties": properties,
+        "additionalProperties": false,
+    })
+}
+
+/// A recorded event's frame: the envelope plus `committed_at` and `v`.
+fn recorded(event: &str, payload: &str) -> FrameSchema {
+    let mut schema = envelope(
+        event,
+        &format!("`{event}`: a recorded event, as `GET …/log` returns it, naming its session."),
+        Has::Always,
+        (Has::Always, EVENT_ID),
+        payload,
+    );
+    schema["properties"]["committed_at"] = json!({
+        "type": "string",
+        "description": "Commit time, RFC 3339 with milliseconds, taken from the store's clock.",
+        "example": "2026-12-02T10:23:53.123Z",
+    });
+    schema["properties"]["v"] =
+        json!({"type": "integer", "minimum": 0, "description": "Schema version of the entry."});
+    for field in ["committed_at", "v"] {
+        if let Some(required) = schema["required"].as_array_mut() {
+            required.push(json!(field));
+        }
+    }
+    FrameSchema {
+        event: event.to_owned(),
+        name: format!("{payload}Frame"),
+        schema,
+    }
+}
+
+/// `(type, payload component)` of every recorded event, read from [`EventKind`]'s schema.
+fn recorded_kinds() -> Vec<(String, String)> {
+    let kinds = serde_json::to_value(<EventKind as PartialSchema>::schema()).unwrap_or_default();
+    let variants = kinds["oneOf"].as_array().cloned().unwrap_or_default();
+    variants
+        .iter()
+        .filter_map(|v| {
+            let event = v["properties"]["type"]["enum"][0].as_str()?;
+            let payload = v["properties"]["data"]["$ref"].as_str()?;
+            let payload = payload.rsplit('/').next()?;
+            Some((event.to_owned(), payload.to_owned()))
+        })
+        .collect()
+}
+
+/// Every frame an event stream sends.
+fn frames() -> Vec<FrameSchema> {
+    let mut out: Vec<FrameSchema> = recorded_kinds()
+        .iter()
+        .map(|(event, payload)| recorded(event, payload))
+        .collect();
+    let derived = [
+        (
+            PLAN_VIEW,
+            "PlanViewFrame",
+            "An agent's plan view: when the stream opens, every agent's (no `id`), then whenever \
+             an event (`id`) changes one.",
+            Has::Always,
+            (
+                Has::Sometimes,
+                "The event that changed the view; absent on the views a stream opens with.",
+            ),
+            PlanView::name(),
+            example(
+                PLAN_VIEW,
+                true,
+                Some(EventId(12)),
+                PlanView {
+                    active: true,
+                    pending: Some(false),
+                },
+            ),
+        ),
+        (
+            ASSISTANT_DELTA,
+            "AssistantDeltaFrame",
+            "Assistant text while a model streams: never recorded, no `id`; never sent after its \
+             step's `assistant/message` nor for an attempt a `step/retried` superseded.",
+            Has::Always,
+            (Has::Never, ""),
+            AssistantDelta::name(),
+            example(
+                ASSISTANT_DELTA,
+                true,
+                None,
+                AssistantDelta {
+                    turn: "turn-0192f3a4",
+                    step: 1,
+                    attempt: 1,
+                    text: "Here is the ",
+                },
+            ),
+        ),
+        (
+            RESET,
+            "ResetFrame",
+            "The cursor is older than the session's trimmed log: re-read the session (see \
+             `data.message` for how the stream goes on).",
+            Has::Never,
+            (Has::Never, ""),
+            StreamReset::name(),
+            example(
+                RESET,
+                false,
+                None,
+                StreamReset {
+                    reason: ResetReason::Trimmed,
+                    message: "events after your cursor were compacted away; re-read the session, \
+                              then reconnect after its last_event_id",
+                    first_available: EventId(41),
+                },
+            ),
+        ),
+        (
+            SESSION_DELETED,
+            "SessionDeletedFrame",
+            "The session was deleted; nothing more comes from it.",
+            Has::Never,
+            (Has::Never, ""),
+            SessionDeleted::name(),
+            example(SESSION_DELETED, false, None, SessionDeleted::NOW),
+        ),
+    ];
+    for (event, name, description, agent, id, payload, example) in derived {
+        let mut schema = envelope(event, description, agent, id, &payload);
+        schema["example"] = example;
+        out.push(FrameSchema {
+            event: event.to_owned(),
+            name: name.to_owned(),
+            schema,
+        });
+    }
+    out
+}
+
+/// A frame as the stream writes it, for the spec's examples.
+fn example<D: serde::Serialize>(kind: &str, agent: bool, id: Option<EventId>, data: D) -> Value {
+    let (Ok(session), main) = (
+        SessionId::parse("3f9c0d2a7be14c55a1d2e3f405162738"),
+        AgentId::root(),
+    ) else {
+        return Value::Null;
+    };
+    serde_json::to_value(Frame {
+        kind,
+        session: &session,
+        agent: agent.then_some(&main),
+        id,
+        data,
+    })
+    .unwrap_or_default()
+}
+
+fn to_schema(value: Value) -> RefOr<Schema> {
+    serde_json::from_value(value).unwrap_or_else(|e| {
+        // Built from literals above: a failure is a bug, shown in the spec and its drift test.
+        RefOr::T(Schema::Object(
+            utoipa::openapi::schema::ObjectBuilder::new()
+                .description(Some(format!("frame schema did not build: {e}")))
+                .build(),
+        ))
+    })
+}
+
+impl PartialSchema for EventFrame {
+    fn schema() -> RefOr<Schema> {
+        let frames = frames();
+        let mut discriminator = Discriminator::new("type");
+        let mut one_of = OneOfBuilder::new().description(Some(
+            "One frame of an event stream: the JSON on its `data:` line. Every frame has `type` \
+             (equal to its SSE `event:` line), `session`, `agent` (absent only on session-wide \
+             frames: `reset`, `session/deleted`), `id` (the event id, where the frame has one) \
+             and its payload in `data`. On the wire a frame is `id: <cursor>` (only when it \
+             carries an event id: the event id on a session's stream, a composite cursor on \
+             `GET /v1/events`), `event: <type>`, `data: <this JSON on one line>`, then a blank \
+             line; `retry:` opens the stream and lines starting with `:` are heartbeats. Ignore \
+             frame types you do not know.",
+        ));
+        for f in &frames {
+            let reference = format!("#/components/schemas/{}", f.name);
+            discriminator
+                .mapping
+                .insert(f.event.clone(), reference.clone());
+            one_of = one_of.item(Ref::new(reference));
+        }
+        RefOr::T(Schema::OneOf(
+            one_of.discriminator(Some(discriminator)).build(),
+        ))
+    }
+}
+
+impl ToSchema for EventFrame {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("EventFrame")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        for f in frames() {
+            schemas.push((f.name, to_schema(f.schema)));
+        }
+        <EventKind as ToSchema>::schemas(schemas);
+        schemas.push((PlanView::name().into(), PlanView::schema()));
+        <PlanView as ToSchema>::schemas(schemas);
+        schemas.push((AssistantDelta::name().into(), AssistantDelta::schema()));
+        <AssistantDelta as ToSchema>::schemas(schemas);
+        schemas.push((StreamReset::name().into(), StreamReset::schema()));
+        <StreamReset as ToSchema>::schemas(schemas);
+        schemas.push((SessionDeleted::name().into(), SessionDeleted::schema()));
+        <SessionDeleted as ToSchema>::schemas(schemas);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_recorded_event_type_has_a_frame() {
+        let kinds = recorded_kinds();
+        let names: Vec<&str> = kinds.iter().map(|(event, _)| event.as_str()).collect();
+        for known in [
+            "session/created",
+            "agent/spawned",
+            "plan/mode",
+            "plan/select",
+            "command/run",
+            "user/message",
+            "turn/started",
+            "turn/ended",
+            "step/started",
+            "step/retried",
+            "assistant/message",
+            "tool/result",
+            "question/asked",
+            "question/answered",
+            "question/dismissed",
+            "session/compacted",
+        ] {
+            assert!(names.contains(&known), "{known} in {names:?}");
+        }
+        assert!(kinds.contains(&("plan/mode".into(), "PlanMode".into())));
+        let frames = frames();
+        let events: Vec<&str> = frames.iter().map(|f| f.event.as_str()).collect();
+        for extra in ["plan/view", "assistant/delta", "reset", "session/deleted"] {
+            assert!(events.contains(&extra), "{events:?}");
+        }
+    }
+
+    #[test]
+    fn the_examples_of_the_derived_frames_fit_their_schemas() {
+        let spec = serde_json::to_value(crate::http::openapi()).unwrap();
+        let components = &spec["components"];
+        for name in [
+            "PlanViewFrame",
+            "AssistantDeltaFrame",
+            "ResetFrame",
+            "SessionDeletedFrame",
+        ] {
+            let schema = &components["schemas"][name];
+            let root =
+                json!({"$ref": format!("#/components/schemas/{name}"), "components": components});
+            let validator = jsonschema::validator_for(&root).unwrap();
+            let example = &schema["example"];
+            assert!(example.is_object(), "{name} has an example");
+            let errors: Vec<String> = validator
+                .iter_errors(example)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{name}: {errors:?}");
+        }
+    }
+
+    #[test]
+    fn frame_schemas_build_from_their_json() {
+        for f in frames() {
+            let built = serde_json::to_value(to_schema(f.schema.clone())).unwrap();
+            assert_eq!(built["properties"]["type"]["enum"][0], f.event.as_str());
+            assert_eq!(built["additionalProperties"], false, "{}", f.name);
+            assert_eq!(built["required"], f.schema["required"], "{}", f.name);
+        }
+    }
+}
