@@ -20,6 +20,7 @@ pub mod cors;
 pub mod error;
 mod events;
 pub mod guard;
+pub mod idempotency;
 mod metrics;
 mod plan;
 mod questions;
@@ -54,6 +55,8 @@ pub struct AppState {
     pub requests: metrics::RequestMetrics,
     /// Request rates per API key and quotas per tenant (see [`crate::limits`]).
     pub limits: Arc<crate::limits::Limits>,
+    /// The records of writes sent with an `Idempotency-Key`.
+    pub idempotency: Arc<crate::service::idempotency::Idempotency>,
 }
 
 pub type State = web::Data<AppState>;
@@ -216,6 +219,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .split_for_parts();
     utoipa::Modify::modify(&BearerAuth, &mut spec);
     guard::document_json_writes(&mut spec);
+    idempotency::document(&mut spec);
     spec
 }
 

@@ -14,6 +14,7 @@ mod deltas;
 mod errors;
 mod failover;
 mod guard;
+mod idempotency;
 mod integrity;
 mod live;
 mod mock_provider;
