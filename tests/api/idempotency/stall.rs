@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::proxy::StallProxy;
 use super::{keyed, messages, messages_path, plan_path, Keyed};
 use crate::helpers::{spawn_with, TestApp, TestRedis};
+use crate::review::plan_and_await_review;
 
 /// A replica whose Redis traffic goes through a stall proxy.
 async fn behind_proxy(redis: &TestRedis) -> (StallProxy, TestApp) {
@@ -199,4 +200,46 @@ async fn a_session_created_in_a_redis_stall_is_found_by_its_retry_not_created_tw
     let mut logs = logs;
     logs.sort();
     assert_eq!(logs, created, "one session was created");
+}
+
+#[tokio::test]
+async fn an_answer_given_in_a_redis_stall_is_learned_by_its_retry_where_a_plain_retry_is_refused() {
+    let redis = TestRedis::start_private().await;
+    let (proxy, app) = behind_proxy(&redis).await;
+    let sid = app.create_session().await;
+    let (turn, question) = plan_and_await_review(&app, &sid, "fix the login bug").await;
+    let qid = question["id"].as_str().unwrap();
+    let path = format!("/v1/sessions/{sid}/questions/{qid}/answer");
+    let body = json!({"label": "Approve"});
+    stalled(
+        &proxy,
+        &app,
+        Method::POST,
+        &path,
+        "answer-1",
+        body.clone(),
+        "question/answered",
+    )
+    .await;
+    // Without the key, the retry could only hear that the question is closed.
+    app.answer(&sid, qid, body.clone())
+        .await
+        .assert_problem(409, "question-closed");
+
+    let learned = retry(&app, Method::POST, &path, "answer-1", body).await;
+    assert_eq!(
+        (learned.status, learned.replayed),
+        (200, true),
+        "{learned:?}"
+    );
+    assert_eq!(
+        (learned.body["id"].as_str(), &learned.body["state"]),
+        (Some(qid), &json!("answered"))
+    );
+    let events = app.await_turn_end(&sid, &turn).await;
+    let answers = events
+        .iter()
+        .filter(|e| e["type"] == "question/answered")
+        .count();
+    assert_eq!(answers, 1, "{events:#?}");
 }
