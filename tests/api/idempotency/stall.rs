@@ -42,7 +42,8 @@ async fn retry(app: &TestApp, method: Method, path: &str, key: &str, body: Value
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let reply = keyed(app, method.clone(), path, key, body.clone()).await;
-        if reply.status != 409 && reply.status != 503 {
+        let in_use = reply.code.as_deref() == Some("idempotency-key-in-use");
+        if !in_use && reply.status != 503 {
             return reply;
         }
         assert!(Instant::now() < deadline, "still refused: {reply:?}");
@@ -242,4 +243,41 @@ async fn an_answer_given_in_a_redis_stall_is_learned_by_its_retry_where_a_plain_
         .filter(|e| e["type"] == "question/answered")
         .count();
     assert_eq!(answers, 1, "{events:#?}");
+}
+
+#[tokio::test]
+async fn a_retry_after_the_log_was_compacted_past_its_commit_says_it_was_applied() {
+    let redis = TestRedis::start_private().await;
+    let (proxy, app) = behind_proxy(&redis).await;
+    let sid = app.create_session().await;
+    let body = json!({"active": true});
+    stalled(
+        &proxy,
+        &app,
+        Method::PUT,
+        &plan_path(&sid),
+        "flip-1",
+        body.clone(),
+        "plan/mode",
+    )
+    .await;
+    let compacted = app
+        .post_json(&format!("/v1/sessions/{sid}/compact"), json!({}))
+        .await;
+    assert_eq!(compacted.status, 200, "{compacted:?}");
+
+    // The state the flip was decided on is trimmed: its answer cannot be rebuilt, but the
+    // client learns that it was applied, and nothing is applied again.
+    let learned = retry(&app, Method::PUT, &plan_path(&sid), "flip-1", body).await;
+    assert_eq!(learned.status, 409, "{learned:?}");
+    assert_eq!(learned.code.as_deref(), Some("already-applied"));
+    assert!(
+        learned.body["detail"].as_str().unwrap().contains("2-0"),
+        "{learned:?}"
+    );
+    assert_eq!(app.plan(&sid, "main").await.ok(), json!({"active": true}));
+    assert!(
+        app.events_of_type(&sid, "plan/mode").await.is_empty(),
+        "trimmed, not flipped again"
+    );
 }
