@@ -51,6 +51,7 @@ if [[ " $PARTS " == *" many "* ]]; then
   SESSIONS=$(for _ in $(seq "$SESSIONS_N"); do new_session; done | paste -sd, -)
   run "GET plan" get "$SESSIONS"
   run "PUT plan (toggling)" put "$SESSIONS"
+  run "PUT plan (toggling, a new Idempotency-Key each)" put-keyed "$SESSIONS"
 fi
 
 if [ "$STORE" = redis ] && [[ " $PARTS " == *" big "* ]]; then

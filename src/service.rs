@@ -29,6 +29,8 @@ use crate::store::{Anchor, Append, EventLog, StoreError};
 
 mod listing;
 pub use listing::{SessionSummary, SessionsPage};
+pub mod idempotency;
+mod replay;
 
 /// Events read per round trip while catching a cold session up.
 const FOLD_BATCH: usize = 10_000;
@@ -97,6 +99,10 @@ pub enum ServiceError {
     /// A tenant quota refused (sessions, running turns…); nothing was appended.
     #[error(transparent)]
     Quota(#[from] crate::limits::Quota),
+    /// A keyed request's earlier attempt committed this decision (up to seq `seq`), but its
+    /// result cannot be rebuilt: the log was compacted past it since.
+    #[error("this request was applied already, up to event {seq}-0")]
+    AlreadyApplied { seq: u64 },
 }
 
 /// A committed decision: its value, the state after it, and the events it appended.
@@ -223,12 +229,18 @@ impl Sessions {
     /// Runs `decide` on the current state and commits its events atomically: if another writer
     /// got there first, `decide` runs again on the newer state. A decision that appends nothing
     /// is still checked against the log's end, so its answer is never based on a stale view.
+    ///
+    /// Within a keyed request ([`idempotency`]) the commit carries the request's marker: if an
+    /// earlier attempt of the request committed this decision already, nothing is appended and
+    /// the earlier result is rebuilt from the log (`decide` run again on the state it saw).
     pub async fn decide<T>(
         &self,
         sid: &SessionId,
         decide: impl Fn(&SessionState) -> Result<(T, Vec<NewEvent>), DomainError>,
     ) -> Result<Decided<T>, ServiceError> {
         let _serial = self.lock(sid).lock().await;
+        let keyed = idempotency::current();
+        let mark = keyed.as_ref().map(|k| k.mark());
         let mut state = match self.cache.get(sid) {
             Some(s) => s,
             None => self.catch_up(sid, Arc::default()).await?,
@@ -237,26 +249,23 @@ impl Sessions {
             if !state.exists() {
                 return Err(ServiceError::SessionNotFound(sid.clone()));
             }
-            let (value, events) = match decide(&state) {
-                Ok(decided) => decided,
-                Err(refusal) => {
-                    // A refusal is only an answer if it was made on the log's current end;
-                    // a cached view may be behind (e.g. a question asked on another replica).
-                    let current = self.catch_up(sid, state.clone()).await?;
-                    if anchor(&current) == anchor(&state) {
-                        return Err(refusal.into());
-                    }
-                    state = current;
-                    continue;
-                }
-            };
+            // A refusal is only an answer if it was made on the log's current end (a cached
+            // view may be behind, e.g. a question asked on another replica) and, for a keyed
+            // request, if no earlier attempt of it committed: an empty append checks both.
+            let decision = decide(&state);
+            let events = decision.as_ref().map_or(&[][..], |(_, events)| events);
             let ttl_ms = state.terms.retention_ms;
-            match self
-                .log
-                .append(sid, anchor(&state), &events, ttl_ms)
-                .await?
-            {
+            let appended = self
+                .append(sid, anchor(&state), events, ttl_ms, mark.as_ref())
+                .await?;
+            match appended {
                 Append::Committed(recorded) => {
+                    // Made on the log's end, and no earlier attempt committed: a refusal
+                    // stands now.
+                    let (value, _) = decision?;
+                    if let (Some(k), false) = (&keyed, recorded.is_empty()) {
+                        k.committed(false);
+                    }
                     let state = self.advance(sid, state, &recorded)?;
                     if let Some(limits) = &self.limits {
                         let retention = Duration::from_millis(state.terms.retention_ms);
@@ -267,6 +276,12 @@ impl Sessions {
                         state,
                         events: recorded,
                     });
+                }
+                Append::Already { first, last } => {
+                    if let Some(k) = &keyed {
+                        k.committed(true);
+                    }
+                    return self.rebuild(sid, first, last, &decide).await;
                 }
                 Append::Conflict { head, missing } => {
                     let s = self.advance(sid, state, &missing)?;
@@ -297,8 +312,17 @@ impl Sessions {
         let ttl_ms = terms.retention_ms;
         let (tenant, retention) = (terms.tenant.clone(), Duration::from_millis(ttl_ms));
         let events = decide_create(parent, agents, terms);
+        let keyed = idempotency::current();
         loop {
-            let sid = SessionId::generate().map_err(|e| ServiceError::NoEntropy(e.to_string()))?;
+            // A keyed request draws the same id on a retry, so it finds the session its first
+            // attempt created (by the marker beside it) instead of creating another.
+            let sid = match idempotency::drawn("session") {
+                Some(bits) => SessionId::from_bytes(bits),
+                None => {
+                    SessionId::generate().map_err(|e| ServiceError::NoEntropy(e.to_string()))?
+                }
+            };
+            let mark = keyed.as_ref().map(|k| k.mark());
             // Counted before it exists: a session over the tenant's quota appends nothing.
             if let Some(limits) = &self.limits {
                 limits
@@ -306,12 +330,24 @@ impl Sessions {
                     .await?;
             }
             let appended = self
-                .log
-                .append(&sid, Anchor::default(), &events, ttl_ms)
+                .append(&sid, Anchor::default(), &events, ttl_ms, mark.as_ref())
                 .await;
-            if let Ok(Append::Committed(recorded)) = appended {
-                let state = self.advance(&sid, Arc::default(), &recorded)?;
-                return Ok((sid, state));
+            match appended {
+                Ok(Append::Committed(recorded)) => {
+                    if let Some(k) = &keyed {
+                        k.committed(false);
+                    }
+                    let state = self.advance(&sid, Arc::default(), &recorded)?;
+                    return Ok((sid, state));
+                }
+                Ok(Append::Already { last, .. }) => {
+                    if let Some(k) = &keyed {
+                        k.committed(true);
+                    }
+                    let state = self.created(&sid, last).await?;
+                    return Ok((sid, state));
+                }
+                _ => {}
             }
             // Not created (an id collision, or the store failed — then a commit it hid goes
             // uncounted, which is better than a slot held forever by a session that may not

@@ -19,10 +19,11 @@ use crate::http::{self, AppState};
 use crate::limits::Limits;
 use crate::live::Hub;
 use crate::redact::{redact_url, scrub, secrets_in_url};
+use crate::service::idempotency::Idempotency;
 use crate::service::Sessions;
 use crate::store::{
     EventLog, FileKeys, KeyStore, LimitStore, LiveBus, MemoryLeases, MemoryLimits, MemoryLog,
-    RedisLeases, RedisLimits, RedisLog, TurnLeases,
+    MemoryRequests, RedisLeases, RedisLimits, RedisLog, RedisRequests, RequestStore, TurnLeases,
 };
 
 /// The stores a replica needs.
@@ -35,6 +36,8 @@ pub struct Stores {
     pub keys: Arc<dyn KeyStore>,
     /// Request rates and tenant quotas, shared by every replica.
     pub limits: Arc<dyn LimitStore>,
+    /// The records of writes sent with an `Idempotency-Key`, shared by every replica.
+    pub requests: Arc<dyn RequestStore>,
 }
 
 pub struct Application {
@@ -70,6 +73,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
             }
             let leases = Arc::new(RedisLeases::new(&log));
             let limits = Arc::new(RedisLimits::new(&log));
+            let requests = Arc::new(RedisRequests::new(&log));
             let log = Arc::new(log);
             Stores {
                 log: log.clone(),
@@ -77,6 +81,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 leases,
                 keys: log.clone(),
                 limits,
+                requests,
             }
         }
         None => {
@@ -90,6 +95,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 leases: Arc::new(MemoryLeases::default()),
                 keys: Arc::new(FileKeys::new(settings.keys_file.clone().map(Into::into))),
                 limits: Arc::new(MemoryLimits::default()),
+                requests: Arc::new(MemoryRequests::default()),
             }
         }
     })
@@ -239,6 +245,7 @@ impl Application {
             auth,
             requests: Default::default(),
             limits,
+            idempotency: Arc::new(Idempotency::new(stores.requests.clone())),
         });
         // Before binding: bad certificate files stop the start with a clear message.
         let tls =
@@ -250,10 +257,12 @@ impl Application {
         let origins =
             http::cors::parse_origins(&settings.cors_origins).map_err(anyhow::Error::msg)?;
         let server = HttpServer::new(move || {
-            // Innermost first: writes must be JSON; CORS headers go on every answer to an
-            // allowed origin, the guard's 415 included; the security headers go on everything;
+            // Innermost first: keyed writes run once (for a known caller, and only once they
+            // are JSON); writes must be JSON; CORS headers go on every answer to an allowed
+            // origin, the guard's 415 included; the security headers go on everything;
             // outermost, every request gets its id (and its span, and its access line).
             App::new()
+                .wrap(from_fn(http::idempotency::keyed_writes))
                 .wrap(from_fn(http::guard::json_writes))
                 .wrap(from_fn(http::authenticate))
                 .wrap(http::cors::layer(&origins))

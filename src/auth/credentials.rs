@@ -6,6 +6,8 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::domain::ids::hex;
+
 pub const KEY_PREFIX: &str = "dsh_";
 
 /// `n` random bytes as lowercase hex, from the operating system's CSPRNG.
@@ -13,16 +15,6 @@ pub fn random_hex(n: usize) -> Result<String, String> {
     let mut bytes = vec![0u8; n];
     getrandom::fill(&mut bytes).map_err(|e| format!("no randomness available: {e}"))?;
     Ok(hex(&bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    out
 }
 
 /// The stored form of a key's secret.

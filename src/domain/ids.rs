@@ -41,18 +41,29 @@ impl SessionId {
     pub fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes)?;
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let hex = bytes
-            .iter()
-            .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]])
-            .map(char::from)
-            .collect();
-        Ok(Self(hex))
+        Ok(Self::from_bytes(bytes))
+    }
+
+    /// The id spelling these 128 bits (32 lowercase hex digits). Only for bits as unguessable
+    /// as [`Self::generate`]'s, e.g. drawn from a keyed request's random nonce.
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(hex(&bytes))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// `bytes` as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// A tenant: who owns a session (the tenant of the API key that created it). 1–64 ASCII

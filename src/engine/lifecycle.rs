@@ -108,6 +108,15 @@ impl Engine {
                     return Ok(done.state);
                 }
                 Err(ServiceError::Domain(DomainError::ChangedDuringCompaction)) => continue,
+                // A keyed retry whose first attempt compacted (its snapshot is at `seq`, and
+                // what came before may be trimmed): finish what it may not have, and answer
+                // the session as it is now, that compaction's outcome.
+                Err(ServiceError::AlreadyApplied { seq }) => {
+                    if trim {
+                        self.sessions.trim(sid, seq).await?;
+                    }
+                    return self.sessions.state(sid).await;
+                }
                 Err(e) => return Err(e),
             }
         }

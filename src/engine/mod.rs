@@ -203,7 +203,12 @@ impl Engine {
         decide: impl Fn(&SessionState, &str) -> Result<(T, Vec<NewEvent>), DomainError>,
         opened: impl Fn(&T) -> Option<&Prompted>,
     ) -> Result<Decided<T>, ServiceError> {
-        let turn = format!("turn-{}", uuid::Uuid::now_v7().simple());
+        // A keyed request's retry draws the same turn id, so it rebuilds the turn its first
+        // attempt opened (see `service::idempotency`).
+        let turn = match crate::service::idempotency::drawn("turn") {
+            Some(bits) => format!("turn-{}", crate::domain::ids::hex(&bits)),
+            None => format!("turn-{}", uuid::Uuid::now_v7().simple()),
+        };
         let t = TurnRef {
             sid: sid.clone(),
             agent: agent.clone(),

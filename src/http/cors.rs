@@ -29,12 +29,13 @@ const REQUEST_HEADERS: [&str; 4] = [
     "Idempotency-Key",
 ];
 /// Response headers its script may read beyond the CORS-safelisted ones.
-const EXPOSED_HEADERS: [&str; 5] = [
+const EXPOSED_HEADERS: [&str; 6] = [
     "Location",
     "Retry-After",
     "RateLimit",
     "RateLimit-Policy",
     "X-Request-Id",
+    "Idempotent-Replayed",
 ];
 /// How long a browser may cache a preflight answer, in seconds.
 const MAX_AGE: usize = 600;

@@ -75,6 +75,20 @@ pub enum Code {
     CursorOutOfRange,
     /// An event stream asked to follow more sessions than one stream may.
     TooManySessions,
+    /// The `Idempotency-Key` header is not 1-255 printable ASCII characters (or was sent
+    /// twice).
+    InvalidIdempotencyKey,
+    /// This `Idempotency-Key` was used for a different request (method, path, body or
+    /// credential) in the last 24 hours; use a new key for a new request.
+    IdempotencyKeyReused,
+    /// A request with this `Idempotency-Key` is still running; retry after `Retry-After`.
+    IdempotencyKeyInUse,
+    /// The tenant holds as many idempotency keys (of the last 24 hours) as it may; see
+    /// `Retry-After`, or send the write without a key.
+    IdempotencyKeyQuota,
+    /// A retry of a request that was applied already, whose response can no longer be rebuilt
+    /// (the log was compacted since): read the resource to see its state.
+    AlreadyApplied,
     LogCorrupt,
     Internal,
 }
@@ -88,7 +102,11 @@ impl Code {
             NotFound | SessionNotFound | AgentNotFound | QuestionNotFound | FeatureDisabled => {
                 StatusCode::NOT_FOUND
             }
-            QuestionClosed | TurnRunning | AgentLimit => StatusCode::CONFLICT,
+            QuestionClosed | TurnRunning | AgentLimit | IdempotencyKeyInUse | AlreadyApplied => {
+                StatusCode::CONFLICT
+            }
+            InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
+            IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             InvalidBody | OwnerNotFound | UnknownLabel | UnknownOption | TextNotAllowed
@@ -96,9 +114,8 @@ impl Code {
             WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized | TokenExpired => StatusCode::UNAUTHORIZED,
             InsufficientScope | CorsRefused => StatusCode::FORBIDDEN,
-            RateLimited | SessionQuota | TurnQuota | ProviderCallQuota | StreamQuota => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            RateLimited | SessionQuota | TurnQuota | ProviderCallQuota | StreamQuota
+            | IdempotencyKeyQuota => StatusCode::TOO_MANY_REQUESTS,
             StoreFull => StatusCode::INSUFFICIENT_STORAGE,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             LogCorrupt | Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -238,6 +255,14 @@ impl From<ServiceError> for ApiError {
                 "the model provider failed; retry shortly",
                 p,
             ),
+            ServiceError::AlreadyApplied { seq } => ApiError::new(
+                Code::AlreadyApplied,
+                format!(
+                    "an earlier attempt of this request (same Idempotency-Key) was applied, up to \
+                     event {seq}-0, but its response cannot be rebuilt because the log was \
+                     compacted since: read the resource to see its state"
+                ),
+            ),
             ServiceError::NoEntropy(r) => {
                 ApiError::opaque(Code::Internal, "no session id could be drawn", r)
             }
@@ -359,7 +384,7 @@ pub fn query_config() -> actix_web::web::QueryConfig {
 }
 
 /// Turns actix's own payload errors (e.g. a `Bytes` body over the limit) into problems.
-fn payload_error(e: actix_web::Error) -> ApiError {
+pub(crate) fn payload_error(e: actix_web::Error) -> ApiError {
     let status = e.as_response_error().status_code();
     if status == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(

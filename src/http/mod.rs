@@ -20,6 +20,7 @@ pub mod cors;
 pub mod error;
 mod events;
 pub mod guard;
+pub mod idempotency;
 mod lists;
 mod methods;
 mod metrics;
@@ -60,6 +61,8 @@ pub struct AppState {
     pub requests: metrics::RequestMetrics,
     /// Request rates per API key and quotas per tenant (see [`crate::limits`]).
     pub limits: Arc<crate::limits::Limits>,
+    /// The records of writes sent with an `Idempotency-Key`.
+    pub idempotency: Arc<crate::service::idempotency::Idempotency>,
 }
 
 pub type State = web::Data<AppState>;
@@ -191,6 +194,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .split_for_parts();
     guard::document_json_writes(&mut spec);
     utoipa::Modify::modify(&problems::Document, &mut spec);
+    idempotency::document(&mut spec);
     spec
 }
 

@@ -128,11 +128,15 @@ pub async fn mint_token(
         .auth
         .mint(claims, Duration::from_secs(ttl))
         .map_err(|e| ApiError::opaque(Code::Internal, "the token could not be signed", e))?;
-    Ok(HttpResponse::Created().json(MintedToken {
-        token,
-        expires_at: exp * 1000,
-        session: sid,
-        agent,
-        scopes,
-    }))
+    // A credential is never cached, nor kept for an idempotent replay (a keyed retry mints
+    // another token instead: minting records nothing).
+    Ok(HttpResponse::Created()
+        .insert_header(("Cache-Control", "no-store"))
+        .json(MintedToken {
+            token,
+            expires_at: exp * 1000,
+            session: sid,
+            agent,
+            scopes,
+        }))
 }

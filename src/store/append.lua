@@ -1,5 +1,6 @@
 -- Compare-and-append to one session log (a Redis Stream with ids `<seq>-0`).
--- KEYS[1]  the session's stream; KEYS[2..] the session's other keys (their ttl is kept with it)
+-- KEYS[1]  the session's stream; KEYS[2..] the session's other keys (their ttl is kept with it),
+--          and last, when ARGV[7] is not '0', the request's marker (see ARGV[7])
 -- ARGV[1]  the seq the caller's decision was based on (0: the session must not exist yet)
 -- ARGV[2]  schema version
 -- ARGV[3]  the live channel to publish committed events on ('' for none)
@@ -8,7 +9,11 @@
 --          ('0': not checked)
 -- ARGV[6]  the session's retention (ms): a commit sets every key of the session to expire
 --          that long after it ('0': never)
--- ARGV[7..] per event: type, agent, data
+-- ARGV[7]  for one commit of a keyed request (`Idempotency-Key`): how long its marker is kept
+--          (ms); '0': no marker. If the marker exists, that request committed already:
+--          nothing is appended or checked, and the reply is {2, last_seq, 'first last'} (the
+--          seqs it committed then). Otherwise a commit of events sets it to 'first last'.
+-- ARGV[8..] per event: type, agent, data
 -- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
 -- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
 -- entry as it was folded (Redis lost data and the log grew back): `entries` starts with the
@@ -19,6 +24,15 @@ local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local seq = 0
 if #last > 0 then
   seq = tonumber(string.match(last[1][1], '^(%d+)'))
+end
+local nkeys, marker = #KEYS, nil
+if ARGV[7] ~= '0' then
+  marker = KEYS[nkeys]
+  nkeys = nkeys - 1
+  local done = redis.call('GET', marker)
+  if done then
+    return {2, seq, done}
+  end
 end
 local expected = tonumber(ARGV[1])
 local function ts_of(entry)
@@ -40,7 +54,7 @@ end
 local t = redis.call('TIME')
 local ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local published = {}
-for i = 7, #ARGV, 3 do
+for i = 8, #ARGV, 3 do
   seq = seq + 1
   redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
@@ -48,7 +62,10 @@ for i = 7, #ARGV, 3 do
 end
 -- Reads never extend a session's life; every write does, for all of its keys.
 if #published > 0 then
-  for i = 1, #KEYS do
+  if marker then
+    redis.call('SET', marker, string.format('%d %d', expected + 1, seq), 'PX', ARGV[7])
+  end
+  for i = 1, nkeys do
     if ARGV[6] == '0' then
       redis.call('PERSIST', KEYS[i])
     else

@@ -11,16 +11,25 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::requests::KEEP_MS;
 use super::{
-    encode, now_ms, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, StoreResult,
-    CONFLICT_BATCH,
+    encode, now_ms, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, Mark,
+    StoreResult, CONFLICT_BATCH,
 };
 use crate::domain::{NewEvent, Recorded, SessionId};
 
 /// Expired sessions one lookup removes at most, so no request pays for a big sweep.
 const PURGE_BATCH: usize = 16;
+
+fn mark_name(mark: &Mark) -> String {
+    format!("{}:{}", mark.name, mark.n)
+}
+mod leases;
 mod limits;
+mod requests;
+pub use self::leases::MemoryLeases;
 pub use self::limits::MemoryLimits;
+pub use self::requests::MemoryRequests;
 
 /// One session's log: dense seqs from `first`.
 #[derive(Default)]
@@ -28,9 +37,36 @@ struct Log {
     events: VecDeque<Recorded>,
     /// The last seq ever appended (entries may have been trimmed).
     head: u64,
+    /// Keyed requests' markers (`<name>:<n>` → the seqs committed and when the marker
+    /// expires), as `append.lua` keeps them beside the stream.
+    marks: HashMap<String, (u64, u64, u64)>,
+    /// `(expiry, marker)`, oldest first: every marker is kept equally long.
+    mark_expiry: VecDeque<(u64, String)>,
 }
 
 impl Log {
+    /// What the request marked `mark` committed here, if it did.
+    fn marked(&mut self, mark: &Mark, now: u64) -> Option<Append> {
+        while let Some((at, name)) = self.mark_expiry.front() {
+            if *at > now {
+                break;
+            }
+            self.marks.remove(name);
+            self.mark_expiry.pop_front();
+        }
+        let (first, last, _) = self.marks.get(&mark_name(mark))?;
+        Some(Append::Already {
+            first: *first,
+            last: *last,
+        })
+    }
+
+    fn mark(&mut self, mark: &Mark, first: u64, last: u64, now: u64) {
+        let expires = now + KEEP_MS;
+        self.marks.insert(mark_name(mark), (first, last, expires));
+        self.mark_expiry.push_back((expires, mark_name(mark)));
+    }
+
     /// Whether the entry `anchor` names is still here, unchanged.
     fn holds(&self, anchor: Anchor) -> bool {
         let at = self.after(anchor.seq.saturating_sub(1), 1);
@@ -146,6 +182,63 @@ impl MemoryLog {
         true
     }
 
+    /// Compare-and-append, with a keyed request's marker checked and set under the session's
+    /// lock (as `append.lua` does in one step).
+    fn append_marked(
+        &self,
+        sid: &SessionId,
+        expected: Anchor,
+        events: &[NewEvent],
+        ttl_ms: u64,
+        mark: Option<&Mark>,
+    ) -> StoreResult<Append> {
+        // Kept typed, but refused as Redis refuses it: an event that cannot be serialized
+        // could never be read back over the API.
+        encode(events)?;
+        let Some(entry) = self.log(sid, expected.seq == 0 && !events.is_empty()) else {
+            return Ok(if expected.seq == 0 {
+                Append::Committed(Vec::new())
+            } else {
+                Append::Replaced
+            });
+        };
+        let mut log = lock(&entry);
+        let now = now_ms();
+        if let Some(done) = mark.and_then(|m| log.marked(m, now)) {
+            return Ok(done);
+        }
+        if log.head < expected.seq || (expected.seq > 0 && !log.holds(expected)) {
+            return Ok(Append::Replaced);
+        }
+        if log.head != expected.seq {
+            return Ok(Append::Conflict {
+                head: log.head,
+                missing: log.after(expected.seq, CONFLICT_BATCH),
+            });
+        }
+        if events.is_empty() {
+            return Ok(Append::Committed(Vec::new()));
+        }
+        // Deleted or expired since the lookup: gone, as on Redis.
+        if !self.keep(sid, &entry, ttl_ms) {
+            return Ok(Append::Replaced);
+        }
+        let recorded = stamp(events, log.head + 1, now);
+        log.events.extend(recorded.iter().cloned());
+        log.head += recorded.len() as u64;
+        if let Some(m) = mark {
+            let head = log.head;
+            log.mark(m, expected.seq + 1, head, now);
+        }
+        // Published under the session's lock: in commit order, as Redis does from inside
+        // the append script.
+        self.broadcast(LiveMessage::Events {
+            sid: sid.clone(),
+            events: recorded.clone(),
+        });
+        Ok(Append::Committed(recorded))
+    }
+
     fn broadcast(&self, msg: LiveMessage) {
         lock(&self.listeners).retain(|tx| tx.send(msg.clone()).is_ok());
     }
@@ -195,45 +288,18 @@ impl EventLog for MemoryLog {
         events: &'a [NewEvent],
         ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<Append>> {
-        Box::pin(async move {
-            // Kept typed, but refused as Redis refuses it: an event that cannot be serialized
-            // could never be read back over the API.
-            encode(events)?;
-            let Some(entry) = self.log(sid, expected.seq == 0 && !events.is_empty()) else {
-                return Ok(if expected.seq == 0 {
-                    Append::Committed(Vec::new())
-                } else {
-                    Append::Replaced
-                });
-            };
-            let mut log = lock(&entry);
-            if log.head < expected.seq || (expected.seq > 0 && !log.holds(expected)) {
-                return Ok(Append::Replaced);
-            }
-            if log.head != expected.seq {
-                return Ok(Append::Conflict {
-                    head: log.head,
-                    missing: log.after(expected.seq, CONFLICT_BATCH),
-                });
-            }
-            if events.is_empty() {
-                return Ok(Append::Committed(Vec::new()));
-            }
-            // Deleted or expired since the lookup: gone, as on Redis.
-            if !self.keep(sid, &entry, ttl_ms) {
-                return Ok(Append::Replaced);
-            }
-            let recorded = stamp(events, log.head + 1, now_ms());
-            log.events.extend(recorded.iter().cloned());
-            log.head += recorded.len() as u64;
-            // Published under the session's lock: in commit order, as Redis does from inside
-            // the append script.
-            self.broadcast(LiveMessage::Events {
-                sid: sid.clone(),
-                events: recorded.clone(),
-            });
-            Ok(Append::Committed(recorded))
-        })
+        Box::pin(async move { self.append_marked(sid, expected, events, ttl_ms, None) })
+    }
+
+    fn append_once<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        expected: Anchor,
+        events: &'a [NewEvent],
+        ttl_ms: u64,
+        mark: &'a Mark,
+    ) -> BoxFuture<'a, StoreResult<Append>> {
+        Box::pin(async move { self.append_marked(sid, expected, events, ttl_ms, Some(mark)) })
     }
 
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
@@ -281,94 +347,5 @@ impl LiveBus for MemoryLog {
 
     fn listen(&self, tx: UnboundedSender<LiveMessage>) {
         lock(&self.listeners).push(tx);
-    }
-}
-
-/// In-process turn leases, for the embedded single-process mode.
-#[derive(Default)]
-pub struct MemoryLeases {
-    leases: Mutex<HashMap<String, (String, u64)>>,
-}
-
-impl MemoryLeases {
-    fn with<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut HashMap<String, (String, u64)>, u64) -> T,
-    ) -> BoxFuture<'_, StoreResult<T>> {
-        let out = f(
-            &mut self.leases.lock().unwrap_or_else(|p| p.into_inner()),
-            now_ms(),
-        );
-        Box::pin(async move { Ok(out) })
-    }
-}
-
-impl super::TurnLeases for MemoryLeases {
-    fn acquire<'a>(
-        &'a self,
-        member: &'a str,
-        owner: &'a str,
-        ttl: u64,
-    ) -> BoxFuture<'a, StoreResult<bool>> {
-        self.with(|m, now| match m.get(member) {
-            Some((holder, expiry)) if holder != owner && *expiry >= now => false,
-            _ => {
-                m.insert(member.to_owned(), (owner.to_owned(), now + ttl));
-                true
-            }
-        })
-    }
-
-    fn renew<'a>(
-        &'a self,
-        member: &'a str,
-        owner: &'a str,
-        ttl: u64,
-    ) -> BoxFuture<'a, StoreResult<bool>> {
-        self.with(|m, now| match m.get_mut(member) {
-            Some((holder, expiry)) if holder == owner => {
-                *expiry = now + ttl;
-                true
-            }
-            _ => false,
-        })
-    }
-
-    fn release<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
-        self.with(|m, _| {
-            if m.get(member).is_some_and(|(holder, _)| holder == owner) {
-                m.remove(member);
-            }
-        })
-    }
-
-    fn handoff<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
-        self.with(|m, _| {
-            if let Some((holder, expiry)) = m.get_mut(member) {
-                if holder == owner {
-                    *expiry = 0;
-                }
-            }
-        })
-    }
-
-    fn claim_expired<'a>(
-        &'a self,
-        owner: &'a str,
-        ttl: u64,
-        max: usize,
-    ) -> BoxFuture<'a, StoreResult<Vec<String>>> {
-        self.with(|m, now| {
-            let expired: Vec<String> = m
-                .iter()
-                .filter(|(_, (_, e))| *e < now)
-                .map(|(k, _)| k.clone())
-                .take(max)
-                .collect();
-            for k in &expired {
-                m.insert(k.clone(), (owner.to_owned(), now + ttl));
-            }
-            expired
-        })
     }
 }

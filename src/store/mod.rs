@@ -21,14 +21,16 @@ pub mod limits;
 pub mod memory;
 pub mod redis;
 mod redis_keys;
+pub mod requests;
 mod wire;
 
 pub use self::keys::{FileKeys, KeyRecord, KeyStore};
 pub use self::limits::{
     Admission, Bucket, CountedSet, LimitStore, Listed, SessionPage, TenantOverrides,
 };
-pub use self::memory::{MemoryLeases, MemoryLimits, MemoryLog};
-pub use self::redis::{RedisLeases, RedisLimits, RedisLog};
+pub use self::memory::{MemoryLeases, MemoryLimits, MemoryLog, MemoryRequests};
+pub use self::redis::{RedisLeases, RedisLimits, RedisLog, RedisRequests};
+pub use self::requests::{Begin, Mark, RecordTerms, RequestStore, StoredResponse};
 
 /// How many missed events a conflict reply carries at most; the caller reads the rest.
 pub const CONFLICT_BATCH: usize = 512;
@@ -64,6 +66,9 @@ pub enum Append {
     /// The log no longer holds the expected entry as it was folded (Redis lost data, and the
     /// log may have grown back with other events): fold the session again from its start.
     Replaced,
+    /// ([`EventLog::append_once`] only.) The request's marker is there: an earlier attempt of
+    /// it committed the events at seqs `first..=last`. Nothing was appended or checked.
+    Already { first: u64, last: u64 },
 }
 
 /// Where a reader's fold stands: the seq it folded to and that event's commit time.
@@ -128,6 +133,20 @@ pub trait EventLog: Send + Sync + 'static {
         expected: Anchor,
         events: &'a [NewEvent],
         ttl_ms: u64,
+    ) -> BoxFuture<'a, StoreResult<Append>>;
+
+    /// [`Self::append`] for one commit of a keyed request (`Idempotency-Key`), in the same
+    /// atomic step: if the session holds `mark` already, appends nothing and answers
+    /// [`Append::Already`] with what that earlier attempt committed (also for an empty
+    /// `events`); otherwise, when it commits events, it records `mark` (for
+    /// [`requests::KEEP_MS`]) with their seqs.
+    fn append_once<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        expected: Anchor,
+        events: &'a [NewEvent],
+        ttl_ms: u64,
+        mark: &'a Mark,
     ) -> BoxFuture<'a, StoreResult<Append>>;
 
     /// Checks that the store answers.

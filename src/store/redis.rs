@@ -18,15 +18,15 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
 use super::capacity::{self, Pressure};
-use super::entries::{bytes, corrupt, decode_entries, decode_entry, entry_anchor, int};
-use super::{
-    encode, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, StoreResult,
-};
-use crate::domain::event::SCHEMA_VERSION;
+use super::entries::{bytes, decode_entries, decode_entry, entry_anchor, int};
+use super::{Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, Mark, StoreResult};
 use crate::domain::{NewEvent, Recorded, SessionId};
 
+mod append;
 mod limits;
+mod requests;
 pub use self::limits::RedisLimits;
+pub use self::requests::RedisRequests;
 
 /// Redis answers a command within this or the request fails with 503.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -160,63 +160,18 @@ impl EventLog for RedisLog {
         events: &'a [NewEvent],
         ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<Append>> {
-        Box::pin(async move {
-            let data = encode(events)?;
-            let mut conn = self.conn.clone();
-            let mut inv = self.append.prepare_invoke();
-            for key in self.session_keys(sid) {
-                inv.key(key);
-            }
-            inv.arg(expected.seq)
-                .arg(SCHEMA_VERSION)
-                .arg(&self.channel)
-                .arg(sid.as_str())
-                .arg(expected.ts)
-                .arg(ttl_ms);
-            for (e, data) in events.iter().zip(data) {
-                inv.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
-            }
-            let reply: Value = inv
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| self.failed(e))?;
-            let Value::Array(parts) = &reply else {
-                return Err(corrupt("?", "append reply is not an array"));
-            };
-            let [ok, head, rest] = parts.as_slice() else {
-                return Err(corrupt("?", "append reply is short"));
-            };
-            let head = int(head).ok_or_else(|| corrupt("?", "append reply has no head"))?;
-            if int(ok) == Some(1) {
-                let ms = int(rest).ok_or_else(|| corrupt("?", "append reply has no time"))?;
-                if !events.is_empty() {
-                    self.pressure.wrote();
-                }
-                return Ok(Append::Committed(stamp(events, expected.seq + 1, ms)));
-            }
-            if head < expected.seq {
-                return Ok(Append::Replaced);
-            }
-            let entries = match rest {
-                Value::Array(entries) => entries.as_slice(),
-                _ => &[],
-            };
-            // From an existing session the reply starts with the caller's own last entry.
-            let missing = match entries.split_first() {
-                _ if expected.seq == 0 => entries,
-                Some((first, rest)) if entry_anchor(first).is_some_and(|a| expected.names(a)) => {
-                    rest
-                }
-                _ => return Ok(Append::Replaced),
-            };
-            Ok(Append::Conflict {
-                head,
-                missing: missing
-                    .iter()
-                    .map(decode_entry)
-                    .collect::<StoreResult<_>>()?,
-            })
-        })
+        Box::pin(self.append_marked(sid, expected, events, ttl_ms, None))
+    }
+
+    fn append_once<'a>(
+        &'a self,
+        sid: &'a SessionId,
+        expected: Anchor,
+        events: &'a [NewEvent],
+        ttl_ms: u64,
+        mark: &'a Mark,
+    ) -> BoxFuture<'a, StoreResult<Append>> {
+        Box::pin(self.append_marked(sid, expected, events, ttl_ms, Some(mark)))
     }
 
     fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>> {

@@ -112,6 +112,7 @@ async fn answers_to_an_allowed_origin_carry_allow_origin_errors_and_event_stream
     assert_eq!(
         list(h, "access-control-expose-headers"),
         [
+            "idempotent-replayed",
             "location",
             "ratelimit",
             "ratelimit-policy",

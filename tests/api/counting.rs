@@ -18,8 +18,18 @@ impl CountingLog {
 
 mod store {
     use dsh_plan::domain::{NewEvent, Recorded, SessionId};
-    use dsh_plan::store::{Anchor, Append, EventLog, StoreResult};
+    use dsh_plan::store::{Anchor, Append, EventLog, Mark, StoreResult};
     use futures_util::future::BoxFuture;
+
+    impl super::CountingLog {
+        /// Counts the missed events a conflict hands back.
+        fn conflicts(&self, out: Append) -> Append {
+            if let Append::Conflict { missing, .. } = &out {
+                self.count(missing.len());
+            }
+            out
+        }
+    }
 
     impl EventLog for super::CountingLog {
         fn kind(&self) -> &'static str {
@@ -61,10 +71,24 @@ mod store {
         ) -> BoxFuture<'a, StoreResult<Append>> {
             Box::pin(async move {
                 let out = self.inner.append(sid, expected, events, ttl_ms).await?;
-                if let Append::Conflict { missing, .. } = &out {
-                    self.count(missing.len());
-                }
-                Ok(out)
+                Ok(self.conflicts(out))
+            })
+        }
+
+        fn append_once<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            expected: Anchor,
+            events: &'a [NewEvent],
+            ttl_ms: u64,
+            mark: &'a Mark,
+        ) -> BoxFuture<'a, StoreResult<Append>> {
+            Box::pin(async move {
+                let out = self
+                    .inner
+                    .append_once(sid, expected, events, ttl_ms, mark)
+                    .await?;
+                Ok(self.conflicts(out))
             })
         }
 

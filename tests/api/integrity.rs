@@ -326,6 +326,7 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
     let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
     let leases = Arc::new(RedisLeases::new(&log));
     let limits = Arc::new(dsh_plan::store::RedisLimits::new(&log));
+    let requests = Arc::new(dsh_plan::store::RedisRequests::new(&log));
     let log = Arc::new(log);
     let counting = Arc::new(crate::counting::CountingLog {
         inner: log.clone(),
@@ -337,6 +338,7 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
         leases,
         keys: log.clone(),
         limits,
+        requests,
     };
     let mut settings = dsh_plan::config::Settings::local(Some(redis.url.clone()));
     settings.key_prefix = redis.prefix.clone();

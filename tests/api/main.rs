@@ -16,6 +16,7 @@ mod errors;
 mod failover;
 mod frames;
 mod guard;
+mod idempotency;
 mod integrity;
 mod lists;
 mod live;

@@ -65,6 +65,26 @@ pub fn describe(code: Code) -> (&'static str, &'static str) {
             "The event stream names (or the tenant has) more sessions than one stream may follow (`DSH_STREAM_MAX_SESSIONS`).",
             "one stream follows at most 100 sessions; 140 were asked for",
         ),
+        InvalidIdempotencyKey => (
+            "The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.",
+            "Idempotency-Key must be 1-255 printable ASCII characters",
+        ),
+        IdempotencyKeyReused => (
+            "This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.",
+            "Idempotency-Key `order-42` was used for a different request; use a new key",
+        ),
+        IdempotencyKeyInUse => (
+            "A request with this `Idempotency-Key` is still running: retry after `Retry-After` to get its answer.",
+            "a request with Idempotency-Key `order-42` is still running; retry shortly",
+        ),
+        IdempotencyKeyQuota => (
+            "The tenant holds as many idempotency keys (of the last 24 hours) as it may: retry after `Retry-After`, or send the write without a key.",
+            "the tenant holds 100000 idempotency keys; retry later or send the write without one",
+        ),
+        AlreadyApplied => (
+            "A retry of a request that was applied already and whose answer can no longer be rebuilt (the log was compacted since): read the resource to see its state.",
+            "the request with Idempotency-Key `order-42` was applied already; read the session to see its state",
+        ),
         UnknownOption => (
             "The answer names an option id the question does not offer.",
             "question `plan-review-7` has no option `approve_all`; its options are `approve`, `keep_planning`",

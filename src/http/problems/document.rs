@@ -3,7 +3,7 @@
 //! [`Document`] rewrites each operation's error responses from the table: one response per
 //! status, described by the codes it can carry, its schema `Problem` with `code` restricted to
 //! them, an example per code, and the headers sent with it (`X-Request-Id` everywhere,
-//! `Retry-After` on 429 and 503, `RateLimit`/`RateLimit-Policy` wherever a credential is
+//! `Retry-After` on 429 and 503 (and the 409 of a key in use), `RateLimit`/`RateLimit-Policy` wherever a credential is
 //! checked). It also states each operation's security from the same table: an operation that
 //! can answer 401 takes a credential, the others are public.
 
@@ -78,8 +78,9 @@ fn add_components(spec: &mut OpenApi) {
         ),
         (
             RETRY_AFTER,
-            "Seconds until a retry can succeed: on every 503, on `rate-limited` and on \
-             `provider-call-quota`.",
+            "Seconds until a retry can succeed: on every 503, on `rate-limited`, \
+             `provider-call-quota` and `idempotency-key-quota`, and on the 409 \
+             `idempotency-key-in-use`.",
             ObjectBuilder::new()
                 .schema_type(Type::Integer)
                 .minimum(Some(1)),
@@ -155,7 +156,7 @@ fn document(op: &mut Operation) {
     for (status, codes) in by_status {
         let mut response = problem_response(status, &codes);
         add_headers(&mut response, keyed);
-        if status == 429 || status == 503 {
+        if status == 429 || status == 503 || codes.contains(&Code::IdempotencyKeyInUse) {
             response
                 .headers
                 .insert(RETRY_AFTER.to_owned(), header_ref(RETRY_AFTER));

@@ -34,8 +34,15 @@ const APPEND: &[Code] = &[StoreFull];
 const SESSION: &[Code] = &[InvalidId, SessionNotFound];
 const AGENT: &[Code] = &[AgentNotFound];
 const QUESTION: &[Code] = &[QuestionNotFound, QuestionClosed];
-/// Every POST and PUT (`guard::json_writes`).
-const WRITE: &[Code] = &[UnsupportedMediaType];
+/// Every POST and PUT (`guard::json_writes`), and its `Idempotency-Key` (`http::idempotency`).
+const WRITE: &[Code] = &[
+    UnsupportedMediaType,
+    InvalidIdempotencyKey,
+    IdempotencyKeyReused,
+    IdempotencyKeyInUse,
+    IdempotencyKeyQuota,
+    AlreadyApplied,
+];
 /// A JSON body, required or optional.
 const BODY: &[Code] = &[MalformedJson, InvalidBody, PayloadTooLarge];
 /// Query parameters.

@@ -1,0 +1,100 @@
+//! Compare-and-append (`append.lua`): the one command that writes a session's events, with the
+//! marker of a keyed request (`Idempotency-Key`) checked and set in the same atomic step.
+
+use redis::Value;
+
+use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
+use super::super::requests::KEEP_MS;
+use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
+use super::RedisLog;
+use crate::domain::event::SCHEMA_VERSION;
+use crate::domain::{NewEvent, SessionId};
+
+impl RedisLog {
+    /// The Redis key of a keyed request's marker in the session's slot.
+    pub fn mark_key(&self, sid: &SessionId, mark: &Mark) -> String {
+        format!("{}:{{{}}}:idem:{}:{}", self.prefix, sid, mark.name, mark.n)
+    }
+
+    pub(super) async fn append_marked(
+        &self,
+        sid: &SessionId,
+        expected: Anchor,
+        events: &[NewEvent],
+        ttl_ms: u64,
+        mark: Option<&Mark>,
+    ) -> StoreResult<Append> {
+        let data = encode(events)?;
+        let mut conn = self.conn.clone();
+        let mut inv = self.append.prepare_invoke();
+        for key in self.session_keys(sid) {
+            inv.key(key);
+        }
+        if let Some(mark) = mark {
+            inv.key(self.mark_key(sid, mark));
+        }
+        inv.arg(expected.seq)
+            .arg(SCHEMA_VERSION)
+            .arg(&self.channel)
+            .arg(sid.as_str())
+            .arg(expected.ts)
+            .arg(ttl_ms)
+            .arg(if mark.is_some() { KEEP_MS } else { 0 });
+        for (e, data) in events.iter().zip(data) {
+            inv.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
+        }
+        let reply: Value = inv
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let Value::Array(parts) = &reply else {
+            return Err(corrupt("?", "append reply is not an array"));
+        };
+        let [ok, head, rest] = parts.as_slice() else {
+            return Err(corrupt("?", "append reply is short"));
+        };
+        let head = int(head).ok_or_else(|| corrupt("?", "append reply has no head"))?;
+        if int(ok) == Some(2) {
+            return already(rest);
+        }
+        if int(ok) == Some(1) {
+            let ms = int(rest).ok_or_else(|| corrupt("?", "append reply has no time"))?;
+            if !events.is_empty() {
+                self.pressure.wrote();
+            }
+            return Ok(Append::Committed(stamp(events, expected.seq + 1, ms)));
+        }
+        if head < expected.seq {
+            return Ok(Append::Replaced);
+        }
+        let entries = match rest {
+            Value::Array(entries) => entries.as_slice(),
+            _ => &[],
+        };
+        // From an existing session the reply starts with the caller's own last entry.
+        let missing = match entries.split_first() {
+            _ if expected.seq == 0 => entries,
+            Some((first, rest)) if entry_anchor(first).is_some_and(|a| expected.names(a)) => rest,
+            _ => return Ok(Append::Replaced),
+        };
+        Ok(Append::Conflict {
+            head,
+            missing: missing
+                .iter()
+                .map(decode_entry)
+                .collect::<StoreResult<_>>()?,
+        })
+    }
+}
+
+/// What a marker holds: `first last`, the seqs its request committed.
+fn already(value: &Value) -> StoreResult<Append> {
+    let text = bytes(value).and_then(|b| std::str::from_utf8(b).ok());
+    let seqs = text
+        .and_then(|t| t.split_once(' '))
+        .and_then(|(first, last)| Some((first.parse().ok()?, last.parse().ok()?)));
+    match seqs {
+        Some((first, last)) => Ok(Append::Already { first, last }),
+        None => Err(corrupt("?", "a request marker holds no seqs")),
+    }
+}
