@@ -4,7 +4,8 @@
 #   use an existing server instead, with per-test key prefixes; a test that stops Redis still
 #   starts its own);
 # - Debian's chromium and npm's playwright-core, for the browser tests of the web client;
-# - node and npm, for those and for the OpenAPI linters (openapi/lint, pinned in its lockfile).
+# - node and npm, for the OpenAPI linters (openapi/lint) and the TypeScript SDK
+#   (clients/typescript), each pinned in its lockfile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,3 +30,6 @@ echo "== browser tests (headless Chromium)"
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 cargo build --locked --bin dsh-plan
 (cd tests/browser && npm test)
+
+echo "== TypeScript SDK (regenerated from the spec, drift check, plan-review flow on both stores)"
+bash scripts/sdk.sh
