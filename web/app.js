@@ -30,7 +30,7 @@ const seqOf = (id) => (id ? Number(String(id).split("-")[0]) || 0 : 0);
 // Frames are read defensively: a recorded event carries its payload in `data`, a derived
 // frame (`plan/view`, `assistant/delta`) may carry it at the top level or in `data` too.
 const agentOf = (f) => f?.agent ?? f?.data?.agent;
-const payloadOf = (f, field) => (f?.data && field in f.data ? f.data : f);
+const payloadOf = (f, field) => (f?.data && typeof f.data === "object" && field in f.data ? f.data : f);
 // PlanModeControl: `confirmed` is the last host-confirmed view; `token` names the control's
 // own request so a result for another session, or after unmounting, is ignored.
 const plan = { confirmed: null, busy: false, token: 0 };

@@ -21,7 +21,7 @@ test("Swagger UI renders every operation and calls the API with no CSP violation
     // "Try it out" on a body-less write: the spec makes Swagger UI send it as JSON (not 415).
     const created = await fetch(`${stack.base}/v1/sessions`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
     const sid = (await created.json()).id;
-    const op = page.locator("#operations-turns-cancel");
+    const op = page.locator("#operations-turns-cancelTurn");
     await op.locator(".opblock-summary").click();
     await op.locator("button.try-out__btn").click();
     await op.locator("input[placeholder=sid]").fill(sid);
