@@ -75,7 +75,7 @@ pub async fn keyed_writes(
         req.method().as_str().as_bytes(),
         req.match_info().as_str().as_bytes(),
         req.query_string().as_bytes(),
-        caller.principal().unwrap_or_default().as_bytes(),
+        holder(&caller).as_bytes(),
         &canonical(&body),
     ]);
     req.set_payload(Payload::from(body));
@@ -209,6 +209,28 @@ fn key(headers: &HeaderMap) -> Result<String, ApiError> {
 
 /// The body as compared between attempts: JSON with its object keys sorted and no spacing,
 /// anything else as it is.
+/// Who may see a stored answer: the credential and, for a browser token, everything it grants
+/// (key, session, agent, scopes; not its times, so a refreshed token with the same grant
+/// replays). A replay answers before the handler's own checks run, so a token granting less
+/// than the first one must not match its record.
+fn holder(caller: &Caller) -> String {
+    match caller {
+        Caller::Token { claims, .. } => {
+            let mut scopes: Vec<String> = claims.scp.iter().map(|s| format!("{s:?}")).collect();
+            scopes.sort();
+            format!(
+                "token:{}|key:{}|sid:{}|agt:{}|scp:{}",
+                claims.sub,
+                claims.key,
+                claims.sid,
+                claims.agt.as_ref().map(|a| a.as_str()).unwrap_or(""),
+                scopes.join(",")
+            )
+        }
+        other => other.principal().unwrap_or_default(),
+    }
+}
+
 fn canonical(body: &[u8]) -> Vec<u8> {
     fn sorted(v: Value) -> Value {
         match v {

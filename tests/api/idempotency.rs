@@ -332,3 +332,38 @@ fn every_session_write_documents_the_key_and_the_replay_header() {
     }
     assert!(writes >= 10, "{writes}");
 }
+
+/// A replay answers before the handler's checks, so it must never hand a stored success to a
+/// credential that could not have made the request: a token of the same subject granting less
+/// (read only) does not replay a plan change made with a `plan` token.
+#[tokio::test]
+async fn a_token_granting_less_never_replays_anothers_answer() {
+    let acme = crate::auth::AcmeSession::start().await;
+    let sid = &acme.sid;
+    let planner = crate::auth::mint(
+        &acme.acme,
+        sid,
+        json!({"scopes": ["read", "plan"], "subject": "u42"}),
+    )
+    .await;
+    let reader = crate::auth::mint(
+        &acme.acme,
+        sid,
+        json!({"scopes": ["read"], "subject": "u42"}),
+    )
+    .await;
+    let path = format!("/v1/sessions/{sid}/agents/main/plan");
+    let body = json!({"active": true});
+    let first = keyed(
+        &acme.app.as_caller(&planner),
+        Method::PUT,
+        &path,
+        "k1",
+        body.clone(),
+    )
+    .await;
+    assert_eq!(first.status, 200, "{first:?}");
+    let retry = keyed(&acme.app.as_caller(&reader), Method::PUT, &path, "k1", body).await;
+    assert!(!retry.replayed, "{retry:?}");
+    assert_ne!(retry.status, 200, "{retry:?}");
+}

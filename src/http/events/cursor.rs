@@ -21,7 +21,11 @@ impl Cursor {
                 format!("cursor entry `{entry}` is not `<session>:<seq>` (GET /v1/events takes a composite cursor)")
             })?;
             let sid = SessionId::parse(sid)?;
-            out.insert(sid, EventId::parse(seq)?.seq());
+            if out.insert(sid, EventId::parse(seq)?.seq()).is_some() {
+                return Err(format!(
+                    "cursor entry `{entry}` names a session an earlier entry named already"
+                ));
+            }
             if out.len() > max {
                 return Err(format!(
                     "the cursor names more than {max} sessions, the most one stream follows"
@@ -90,5 +94,9 @@ mod tests {
         assert!(Cursor::parse("a:1,b:2,c:3", 2)
             .unwrap_err()
             .contains("more than 2"));
+        // One session twice is ambiguous (which entry wins?), not silently the last one.
+        assert!(Cursor::parse("a:999,a:1", 10)
+            .unwrap_err()
+            .contains("named already"));
     }
 }
