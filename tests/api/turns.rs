@@ -361,6 +361,45 @@ async fn cancel_keeps_the_pending_choice_and_the_next_prompt_commits_it_before_i
     story(spawn_with(None, "a", |s| s.fixture_token_delay_ms = 300).await).await;
 }
 
+async fn steered(app: TestApp) {
+    let sid = app.create_session().await;
+    let turn = turn_of(&app.prompt(&sid, "main", "first").await);
+    let steer = app.prompt(&sid, "main", "also this").await;
+    assert_eq!(steer.status, 202);
+    assert_eq!(steer.body, json!({"turn": turn, "steered": true}));
+    let events = app.await_turn_end(&sid, &turn).await;
+    let answers: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "assistant/message")
+        .map(|e| e["data"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        answers.last(),
+        Some(&"Done: also this"),
+        "a later step read the steer: {answers:?}"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "turn/started")
+            .count(),
+        1
+    );
+}
+
+// The first turn streams slowly (300 ms a token) so the second prompt surely arrives while it
+// runs, however loaded the machine is; with the default 1 ms the turn could end first.
+#[tokio::test]
+async fn a_prompt_while_running_is_steered_into_the_next_step_on_redis() {
+    let redis = TestRedis::start().await;
+    steered(spawn_with(Some(&redis), "a", |s| s.fixture_token_delay_ms = 300).await).await;
+}
+
+#[tokio::test]
+async fn a_prompt_while_running_is_steered_into_the_next_step_on_memory() {
+    steered(spawn_with(None, "a", |s| s.fixture_token_delay_ms = 300).await).await;
+}
+
 on_both_stores! {
     async fn the_notification_appears_exactly_when_the_state_differs_from_the_last_header(app: TestApp) {
         let sid = app.create_session().await;
@@ -382,18 +421,6 @@ on_both_stores! {
         }
         assert_eq!(events[notes[0] + 1]["data"]["header"]["plan"]["active"], true);
         assert_eq!(events[notes[1] + 1]["data"]["header"]["plan"]["active"], false);
-    }
-
-    async fn a_prompt_while_running_is_steered_into_the_next_step(app: TestApp) {
-        let sid = app.create_session().await;
-        let turn = turn_of(&app.prompt(&sid, "main", "first").await);
-        let steer = app.prompt(&sid, "main", "also this").await;
-        assert_eq!(steer.status, 202);
-        assert_eq!(steer.body, json!({"turn": turn, "steered": true}));
-        let events = app.await_turn_end(&sid, &turn).await;
-        let answers: Vec<&str> = events.iter().filter(|e| e["type"] == "assistant/message").map(|e| e["data"]["text"].as_str().unwrap()).collect();
-        assert_eq!(answers.last(), Some(&"Done: also this"), "a later step read the steer: {answers:?}");
-        assert_eq!(events.iter().filter(|e| e["type"] == "turn/started").count(), 1);
     }
 
     async fn prompts_reject_empty_text_and_unknown_agents(app: TestApp) {
