@@ -5,7 +5,9 @@
 #   starts its own);
 # - Debian's chromium and npm's playwright-core, for the browser tests of the web client;
 # - node and npm, for the OpenAPI linters (openapi/lint) and the TypeScript SDK
-#   (clients/typescript), each pinned in its lockfile.
+#   (clients/typescript), each pinned in its lockfile;
+# - python3-venv, for the deploy checks (scripts/validate-deploy.sh: Kubernetes manifests,
+#   compose, Dockerfile), pinned in scripts/deploy-requirements.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +23,9 @@ command -v node >/dev/null 2>&1 || { echo "== installing nodejs"; apt_install no
 
 echo "== OpenAPI lint (Redocly, Spectral, swagger-parser; versions pinned in openapi/lint)"
 bash scripts/lint-openapi.sh
+
+echo "== deploy checks (Kubernetes manifests against pinned API schemas, compose, Dockerfile)"
+bash scripts/validate-deploy.sh
 
 echo "== cargo test (unit, property and integration tests)"
 cargo test --locked --all-targets
