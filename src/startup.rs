@@ -259,7 +259,8 @@ impl Application {
         let server = HttpServer::new(move || {
             // Innermost first: keyed writes run once (for a known caller, and only once they
             // are JSON); writes must be JSON; CORS headers go on every answer to an allowed
-            // origin, the guard's 415 included; the security headers go on everything;
+            // origin, the guard's 415 included; the security headers go on everything; a HEAD
+            // runs as its GET from here in (the access line and metrics still say HEAD);
             // outermost, every request gets its id (and its span, and its access line).
             App::new()
                 .wrap(from_fn(http::idempotency::keyed_writes))
@@ -268,6 +269,7 @@ impl Application {
                 .wrap(http::cors::layer(&origins))
                 .wrap(from_fn(http::cors::refusals_as_problems))
                 .wrap(from_fn(http::guard::security_headers))
+                .wrap(from_fn(http::head_as_get))
                 .wrap(from_fn(http::track_requests))
                 .wrap(from_fn(http::request_id::track))
                 .configure(http::configure(data.clone()))

@@ -207,8 +207,6 @@ fn key(headers: &HeaderMap) -> Result<String, ApiError> {
     Ok(String::from_utf8_lossy(bytes).into_owned())
 }
 
-/// The body as compared between attempts: JSON with its object keys sorted and no spacing,
-/// anything else as it is.
 /// Who may see a stored answer: the credential and, for a browser token, everything it grants
 /// (key, session, agent, scopes; not its times, so a refreshed token with the same grant
 /// replays). A replay answers before the handler's own checks run, so a token granting less
@@ -231,11 +229,15 @@ fn holder(caller: &Caller) -> String {
     }
 }
 
+/// The body as compared between attempts: JSON with its object keys sorted, its null-valued
+/// members dropped and no spacing, anything else as it is. Every request body reads an absent
+/// member and a null one alike (`Option` fields), so a client whose serializer writes nulls
+/// sends the same request either way.
 fn canonical(body: &[u8]) -> Vec<u8> {
     fn sorted(v: Value) -> Value {
         match v {
             Value::Object(map) => {
-                let mut pairs: Vec<_> = map.into_iter().collect();
+                let mut pairs: Vec<_> = map.into_iter().filter(|(_, v)| !v.is_null()).collect();
                 pairs.sort_by(|a, b| a.0.cmp(&b.0));
                 Value::Object(pairs.into_iter().map(|(k, v)| (k, sorted(v))).collect())
             }
@@ -265,16 +267,35 @@ fn kept(headers: &HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A stored answer, sent again.
+/// A stored answer, sent again. A problem names the retry in its `instance`, as its
+/// `X-Request-Id` does: each attempt is its own request in the logs.
 fn replay(stored: StoredResponse) -> Result<HttpResponse, ApiError> {
     let status = StatusCode::from_u16(stored.status)
         .map_err(|e| ApiError::opaque(Code::Internal, "a stored response is unreadable", e))?;
     let mut res = HttpResponse::build(status);
+    let mut problem = false;
     for (name, value) in stored.headers {
+        problem |= name.eq_ignore_ascii_case(header::CONTENT_TYPE.as_str())
+            && value.starts_with("application/problem+json");
         res.append_header((name, value));
     }
     res.insert_header((REPLAYED_HEADER, "true"));
-    Ok(res.body(stored.body))
+    let body = match (problem, super::request_id::instance()) {
+        (true, Some(instance)) => renamed(stored.body, &instance),
+        _ => stored.body,
+    };
+    Ok(res.body(body))
+}
+
+/// A stored problem document with its `instance` set to `instance`; anything else unchanged.
+fn renamed(body: Vec<u8>, instance: &str) -> Vec<u8> {
+    match serde_json::from_slice::<super::Problem>(&body) {
+        Ok(mut problem) => {
+            problem.instance = Some(instance.to_owned());
+            serde_json::to_vec(&problem).unwrap_or(body)
+        }
+        Err(_) => body,
+    }
 }
 
 /// Documents the header on every POST and PUT of a session route, and `Idempotent-Replayed`
@@ -395,6 +416,42 @@ mod tests {
             canonical(br#"{"active":false}"#)
         );
         assert_eq!(canonical(b"not json"), b"not json");
+    }
+
+    #[test]
+    fn null_members_compare_as_absent_at_every_depth_but_not_in_arrays() {
+        assert_eq!(
+            canonical(br#"{"option":null,"label":"Approve"}"#),
+            canonical(br#"{"label":"Approve"}"#)
+        );
+        assert_eq!(
+            canonical(br#"{"a":{"b":null,"c":1},"d":null}"#),
+            canonical(br#"{"a":{"c":1}}"#)
+        );
+        assert_ne!(canonical(br#"{"a":[null]}"#), canonical(br#"{"a":[]}"#));
+        assert_ne!(
+            canonical(br#"{"option":null}"#),
+            canonical(br#"{"option":"approve"}"#)
+        );
+    }
+
+    #[test]
+    fn a_replayed_problem_names_the_retry_in_its_instance() {
+        let first = super::super::Problem {
+            instance: Some("urn:dsh-plan:request:first".into()),
+            ..super::super::Problem::new(Code::NotFound, StatusCode::NOT_FOUND, "gone")
+        };
+        let body = renamed(
+            serde_json::to_vec(&first).unwrap(),
+            "urn:dsh-plan:request:second",
+        );
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["instance"], "urn:dsh-plan:request:second");
+        assert_eq!(
+            (v["status"].clone(), v["detail"].clone()),
+            (404.into(), "gone".into())
+        );
+        assert_eq!(renamed(b"[1]".to_vec(), "x"), b"[1]");
     }
 
     #[test]

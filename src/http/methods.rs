@@ -5,10 +5,17 @@
 //! (answer 405 and list its methods) from an unknown one (404). The methods of each path come
 //! from the OpenAPI document the routes generate — the same registration, never a second list
 //! — plus the pages served beside the API (the web client, `/openapi.json`, `/docs`).
+//!
+//! HEAD is answered wherever GET is (RFC 9110 §9.3.2): [`head_as_get`] routes it to the GET
+//! handler and answers its status and headers without a body, and `Allow` lists HEAD beside
+//! every GET.
 
 use std::sync::LazyLock;
 
+use actix_web::body::{self, BodySize, BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
+use actix_web::middleware::Next;
 
 /// One segment of a path template.
 #[derive(Debug, PartialEq)]
@@ -50,7 +57,20 @@ impl Routes {
         routes
     }
 
+    /// Adds `template` with `methods`, and HEAD right after a GET (every GET answers HEAD).
     fn add(&mut self, template: &str, methods: Vec<Method>) {
+        let methods = methods
+            .into_iter()
+            .flat_map(|m| match m {
+                Method::GET => vec![Method::GET, Method::HEAD],
+                other => vec![other],
+            })
+            .fold(Vec::new(), |mut all, m| {
+                if !all.contains(&m) {
+                    all.push(m);
+                }
+                all
+            });
         let segments = template
             .split('/')
             .skip(1)
@@ -112,6 +132,27 @@ pub fn refused(method: &Method, path: &str) -> bool {
     allowed(path).is_some_and(|methods| !methods.contains(method))
 }
 
+/// Answers HEAD on a path that takes GET by running the GET route: the same status and headers,
+/// no body. The server never writes a HEAD answer's body, but it would still read a streamed
+/// one to its end; an event stream never ends, so its body is dropped here and the stream
+/// with it. Anything else passes through.
+pub async fn head_as_get(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let head = req.method() == Method::HEAD
+        && allowed(req.match_info().as_str()).is_some_and(|m| m.contains(&Method::GET));
+    if !head {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    }
+    req.head_mut().method = Method::GET;
+    let res = next.call(req).await?;
+    Ok(match res.response().body().size() {
+        BodySize::Stream => res.map_body(|_, _| BoxBody::new(body::None::new())),
+        _ => res.map_into_boxed_body(),
+    })
+}
+
 /// The `Allow` value for `methods`, e.g. `GET, DELETE`.
 pub fn allow_header(methods: &[Method]) -> String {
     methods
@@ -131,14 +172,21 @@ mod tests {
         let routes = Routes::new(&spec, &["/", "/docs/*"]);
         assert_eq!(
             routes.allowed("/v1/sessions/abc"),
-            Some(vec![Method::GET, Method::DELETE])
+            Some(vec![Method::GET, Method::HEAD, Method::DELETE])
         );
         assert_eq!(
             routes.allowed("/v1/sessions/abc/agents/main/plan"),
-            Some(vec![Method::GET, Method::PUT])
+            Some(vec![Method::GET, Method::HEAD, Method::PUT])
         );
-        assert_eq!(routes.allowed("/"), Some(vec![Method::GET]));
-        assert_eq!(routes.allowed("/docs/x/y.js"), Some(vec![Method::GET]));
+        assert_eq!(
+            routes.allowed("/v1/sessions"),
+            Some(vec![Method::GET, Method::HEAD, Method::POST])
+        );
+        assert_eq!(routes.allowed("/"), Some(vec![Method::GET, Method::HEAD]));
+        assert_eq!(
+            routes.allowed("/docs/x/y.js"),
+            Some(vec![Method::GET, Method::HEAD])
+        );
     }
 
     #[test]

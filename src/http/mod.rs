@@ -36,6 +36,7 @@ mod turns;
 
 pub use auth::authenticate;
 pub use error::{ApiError, Code, Problem};
+pub use methods::head_as_get;
 pub use metrics::track as track_requests;
 
 /// What every handler shares.

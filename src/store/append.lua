@@ -1,6 +1,8 @@
 -- Compare-and-append to one session log (a Redis Stream with ids `<seq>-0`).
--- KEYS[1]  the session's stream; KEYS[2..] the session's other keys (their ttl is kept with it),
---          and last, when ARGV[7] is not '0', the request's marker (see ARGV[7])
+-- KEYS[1]  the session's stream; KEYS[2] its markers (a hash: marker name -> 'first last');
+--          KEYS[3] their expiry (a zset: marker name -> expiry ms); KEYS[4..] the session's
+--          other keys. All of them are the session's: their ttl is kept with the stream's,
+--          and a delete removes them.
 -- ARGV[1]  the seq the caller's decision was based on (0: the session must not exist yet)
 -- ARGV[2]  schema version
 -- ARGV[3]  the live channel to publish committed events on ('' for none)
@@ -13,7 +15,8 @@
 --          (ms); '0': no marker. If the marker exists, that request committed already:
 --          nothing is appended or checked, and the reply is {2, last_seq, 'first last'} (the
 --          seqs it committed then). Otherwise a commit of events sets it to 'first last'.
--- ARGV[8..] per event: type, agent, data
+-- ARGV[8]  the marker's name ('' when ARGV[7] is '0')
+-- ARGV[9..] per event: type, agent, data
 -- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
 -- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
 -- entry as it was folded (Redis lost data and the log grew back): `entries` starts with the
@@ -25,13 +28,17 @@ local seq = 0
 if #last > 0 then
   seq = tonumber(string.match(last[1][1], '^(%d+)'))
 end
-local nkeys, marker = #KEYS, nil
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local marker = nil
 if ARGV[7] ~= '0' then
-  marker = KEYS[nkeys]
-  nkeys = nkeys - 1
-  local done = redis.call('GET', marker)
-  if done then
-    return {2, seq, done}
+  marker = ARGV[8]
+  local expires = redis.call('ZSCORE', KEYS[3], marker)
+  if expires and tonumber(expires) > now then
+    local done = redis.call('HGET', KEYS[2], marker)
+    if done then
+      return {2, seq, done}
+    end
   end
 end
 local expected = tonumber(ARGV[1])
@@ -51,10 +58,9 @@ if seq ~= expected or replaced then
   end
   return {0, seq, entries}
 end
-local t = redis.call('TIME')
-local ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local ms = string.format('%d', now)
 local published = {}
-for i = 8, #ARGV, 3 do
+for i = 9, #ARGV, 3 do
   seq = seq + 1
   redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
@@ -63,9 +69,16 @@ end
 -- Reads never extend a session's life; every write does, for all of its keys.
 if #published > 0 then
   if marker then
-    redis.call('SET', marker, string.format('%d %d', expected + 1, seq), 'PX', ARGV[7])
+    -- A few expired markers go with each new one, so the hash holds about the live ones.
+    local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 8)
+    if #old > 0 then
+      redis.call('HDEL', KEYS[2], unpack(old))
+      redis.call('ZREM', KEYS[3], unpack(old))
+    end
+    redis.call('HSET', KEYS[2], marker, string.format('%d %d', expected + 1, seq))
+    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[7]), marker)
   end
-  for i = 1, nkeys do
+  for i = 1, #KEYS do
     if ARGV[6] == '0' then
       redis.call('PERSIST', KEYS[i])
     else

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::requests::KEEP_MS;
+use super::requests::mark_keep_ms;
 use super::{
     encode, now_ms, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, Mark,
     StoreResult, CONFLICT_BATCH,
@@ -21,9 +21,6 @@ use crate::domain::{NewEvent, Recorded, SessionId};
 /// Expired sessions one lookup removes at most, so no request pays for a big sweep.
 const PURGE_BATCH: usize = 16;
 
-fn mark_name(mark: &Mark) -> String {
-    format!("{}:{}", mark.name, mark.n)
-}
 mod leases;
 mod limits;
 mod requests;
@@ -40,7 +37,8 @@ struct Log {
     /// Keyed requests' markers (`<name>:<n>` → the seqs committed and when the marker
     /// expires), as `append.lua` keeps them beside the stream.
     marks: HashMap<String, (u64, u64, u64)>,
-    /// `(expiry, marker)`, oldest first: every marker is kept equally long.
+    /// `(expiry, marker)` in the order they were set: mostly oldest first (a marker is kept
+    /// as long as the session's retention allows, at most a day).
     mark_expiry: VecDeque<(u64, String)>,
 }
 
@@ -51,20 +49,25 @@ impl Log {
             if *at > now {
                 break;
             }
-            self.marks.remove(name);
+            if self.marks.get(name).is_some_and(|m| m.2 <= now) {
+                self.marks.remove(name);
+            }
             self.mark_expiry.pop_front();
         }
-        let (first, last, _) = self.marks.get(&mark_name(mark))?;
+        let (first, last, expires) = self.marks.get(&mark.field())?;
+        if *expires <= now {
+            return None;
+        }
         Some(Append::Already {
             first: *first,
             last: *last,
         })
     }
 
-    fn mark(&mut self, mark: &Mark, first: u64, last: u64, now: u64) {
-        let expires = now + KEEP_MS;
-        self.marks.insert(mark_name(mark), (first, last, expires));
-        self.mark_expiry.push_back((expires, mark_name(mark)));
+    fn mark(&mut self, mark: &Mark, first: u64, last: u64, now: u64, keep_ms: u64) {
+        let expires = now + keep_ms;
+        self.marks.insert(mark.field(), (first, last, expires));
+        self.mark_expiry.push_back((expires, mark.field()));
     }
 
     /// Whether the entry `anchor` names is still here, unchanged.
@@ -228,7 +231,7 @@ impl MemoryLog {
         log.head += recorded.len() as u64;
         if let Some(m) = mark {
             let head = log.head;
-            log.mark(m, expected.seq + 1, head, now);
+            log.mark(m, expected.seq + 1, head, now, mark_keep_ms(ttl_ms));
         }
         // Published under the session's lock: in commit order, as Redis does from inside
         // the append script.

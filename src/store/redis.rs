@@ -67,10 +67,14 @@ impl RedisLog {
         format!("{}:{{{}}}:log", self.prefix, sid)
     }
 
-    /// Every key of one session, its stream first: an append keeps their TTLs together and a
-    /// delete removes them all. A new per-session key belongs here (hash-tagged `{<sid>}`).
+    /// Every key of one session, its stream first, then its keyed requests' markers and their
+    /// expiry (`append.lua` relies on this order): an append keeps their TTLs together and a
+    /// delete removes them all, without searching for them. A new per-session key belongs here
+    /// (hash-tagged `{<sid>}`).
     pub fn session_keys(&self, sid: &SessionId) -> Vec<String> {
-        vec![self.key(sid)]
+        let marks = format!("{}:{{{}}}:idem", self.prefix, sid);
+        let expiry = format!("{marks}:exp");
+        vec![self.key(sid), marks, expiry]
     }
 
     /// Redis's `maxmemory-policy`, or `None` when `CONFIG GET` is refused (managed Redis). Any

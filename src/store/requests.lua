@@ -1,4 +1,5 @@
--- Idempotency records: one hash per (tenant, key digest), and the tenant's index of live
+-- Idempotency records (the rules of `store::requests::rules`, run here in one atomic step):
+-- one hash per (tenant, key digest), and the tenant's index of live
 -- records (a zset digest -> expiry ms) that bounds how many it keeps. Time is Redis's own.
 -- KEYS[1]  the record (hash: fp, nonce, owner, lock, and once answered status, headers, body)
 -- KEYS[2]  the tenant's index

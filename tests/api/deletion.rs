@@ -59,6 +59,30 @@ async fn assert_gone(app: &TestApp, sid: &str) {
         .assert_problem(404, "session-not-found");
 }
 
+#[tokio::test]
+async fn deleting_a_session_leaves_no_key_of_it_in_redis_not_even_a_keyed_writes_marker() {
+    let redis = TestRedis::start().await;
+    let app = spawn_replica(Some(&redis), "a").await;
+    let sid = app.create_session().await;
+    let put = app
+        .client
+        .put(app.url(&format!("/v1/sessions/{sid}/agents/main/plan")))
+        .header("Idempotency-Key", "flip-before-delete")
+        .json(&json!({"active": true}));
+    assert_eq!(app.send(put).await.status, 200);
+    let pattern = format!("{}:{{{sid}}}*", redis.prefix);
+    assert!(
+        key_count(&redis, &pattern).await >= 2,
+        "the log and a marker"
+    );
+    assert_eq!(delete(&app, &sid).await.status, 204);
+    assert_eq!(
+        key_count(&redis, &pattern).await,
+        0,
+        "no key of {sid} is left"
+    );
+}
+
 on_both_stores! {
     async fn a_deleted_session_is_gone_for_every_route_and_a_second_delete(app: TestApp) {
         let sid = app.create_session().await;

@@ -164,6 +164,30 @@ on_both_stores! {
         assert_ne!(f1.body["id"], first.body["id"]);
     }
 
+    async fn a_replayed_problem_names_the_retry_not_the_first_attempt(app: TestApp) {
+        let sid = app.create_session().await;
+        let path = format!("/v1/sessions/{sid}/agents/ghost/plan");
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let req = app.client.put(app.url(&path))
+                .header("Idempotency-Key", "ghost-plan")
+                .json(&json!({"active": true}));
+            let res = req.send().await.unwrap();
+            let id = res.headers()["x-request-id"].to_str().unwrap().to_owned();
+            let replayed = res.headers().get("idempotent-replayed").cloned();
+            let body: Value = res.json().await.unwrap();
+            assert_eq!(body["code"], "agent-not-found", "{body}");
+            assert_eq!(body["instance"], format!("urn:dsh-plan:request:{id}"), "{body}");
+            seen.push((id, replayed, body));
+        }
+        let [(first, first_replayed, a), (second, second_replayed, b)] = &seen[..] else {
+            unreachable!()
+        };
+        assert_ne!(first, second, "each attempt is its own request");
+        assert_eq!((first_replayed, second_replayed.as_ref().map(|v| v.as_bytes())), (&None, Some(&b"true"[..])));
+        assert_eq!(a["detail"], b["detail"], "the same answer otherwise");
+    }
+
     async fn a_write_without_a_key_is_not_idempotent(app: TestApp) {
         let sid = app.create_session().await;
         for _ in 0..2 {

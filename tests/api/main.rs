@@ -16,6 +16,7 @@ mod errors;
 mod failover;
 mod frames;
 mod guard;
+mod head;
 mod idempotency;
 mod integrity;
 mod lists;

@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::auth::{key_for, mint};
 use crate::failover::spawn_process;
 use crate::helpers::{spawn_replica, spawn_with, TestApp, TestRedis};
+use crate::on_both_stores;
 use crate::sse::{Frame, SseClient};
 
 /// The event seq a frame carries, for recorded events (not views, deltas or notices).
@@ -165,14 +166,25 @@ async fn a_tenant_wide_stream_follows_only_its_sessions_and_picks_up_new_ones() 
         "another tenant's session never shows"
     );
 
-    // Another tenant's session is missing, word for word as on its own route.
-    let listed = acme
-        .get(&format!("/v1/events?sessions={s1},{theirs}"))
-        .await;
+    // Another tenant's session is missing, word for word as on its own route; listed beside
+    // one of the caller's, it is left out as a missing one is.
+    let listed = acme.get(&format!("/v1/events?sessions={theirs}")).await;
     let alone = acme.get(&format!("/v1/sessions/{theirs}/events")).await;
     assert_eq!(
         listed.assert_problem(404, "session-not-found"),
         alone.assert_problem(404, "session-not-found")
+    );
+    let mut beside = SseClient::connect_as(
+        &app.url(&format!("/v1/events?sessions={s1},{theirs}&max_ms=300")),
+        None,
+        Some(&acme_key),
+    )
+    .await;
+    let frames = beside.drain().await;
+    assert!(frames.iter().any(created(&s1)), "{frames:#?}");
+    assert!(
+        frames.iter().all(|f| f.data["session"] == s1.as_str()),
+        "{frames:#?}"
     );
     // A browser token follows its own session only.
     let token = mint(&acme, &s1, json!({"scopes": ["read"]})).await;
@@ -237,4 +249,42 @@ async fn a_stream_of_many_sessions_counts_once_against_the_stream_quota() {
     app.get("/v1/events?sessions=a%20b")
         .await
         .assert_problem(400, "invalid-id");
+}
+
+on_both_stores! {
+    async fn a_listed_session_deleted_while_away_is_dropped_on_reconnect_and_the_rest_resume(app: TestApp) {
+        let (s1, s2) = (app.create_session().await, app.create_session().await);
+        let url = app.url(&format!("/v1/events?sessions={s1},{s2}"));
+        let mut first = SseClient::connect(&url, None).await;
+        for sid in [&s1, &s2] {
+            first
+                .until("created", |f| f.event == "session/created" && f.data["session"] == sid.as_str())
+                .await;
+        }
+        let cursor = first.last_id.clone().expect("frames carry the composite cursor");
+        drop(first);
+        let gone = app.send(app.client.delete(app.url(&format!("/v1/sessions/{s2}")))).await;
+        assert_eq!(gone.status, 204);
+        app.set_plan(&s1, "main", true).await.ok();
+
+        let mut again = SseClient::connect(&url, Some(&cursor)).await;
+        let frames = again
+            .until("s1 goes on", |f| f.event == "plan/mode" && f.data["session"] == s1.as_str())
+            .await;
+        assert_eq!(frames[0].event, "session/deleted", "{frames:#?}");
+        assert_eq!(frames[0].data["session"], s2.as_str());
+        assert!(
+            frames.iter().all(|f| f.event != "session/created"),
+            "resumed after the cursor, no replay: {frames:#?}"
+        );
+        let id = again.last_id.clone().unwrap();
+        assert!(!id.contains(s2.as_str()), "the cursor drops the deleted session: {id}");
+
+        // Only when none of the listed sessions exists is the stream refused.
+        let gone = app.send(app.client.delete(app.url(&format!("/v1/sessions/{s1}")))).await;
+        assert_eq!(gone.status, 204);
+        app.get(&format!("/v1/events?sessions={s1},{s2}"))
+            .await
+            .assert_problem(404, "session-not-found");
+    }
 }

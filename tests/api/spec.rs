@@ -33,15 +33,20 @@ async fn a_wrong_method_on_a_known_path_gets_405_with_the_methods_it_takes() {
     let plan = format!("/v1/sessions/{sid}/agents/main/plan");
     let json = Some(("application/json", "{}"));
     for (method, path, body, allow) in [
-        ("PATCH", format!("/v1/sessions/{sid}"), json, "GET, DELETE"),
-        ("DELETE", plan.clone(), None, "GET, PUT"),
-        ("POST", plan.clone(), json, "GET, PUT"),
-        ("PUT", "/v1/sessions".to_owned(), json, "GET, POST"),
+        (
+            "PATCH",
+            format!("/v1/sessions/{sid}"),
+            json,
+            "GET, HEAD, DELETE",
+        ),
+        ("DELETE", plan.clone(), None, "GET, HEAD, PUT"),
+        ("POST", plan.clone(), json, "GET, HEAD, PUT"),
+        ("PUT", "/v1/sessions".to_owned(), json, "GET, HEAD, POST"),
         // Not JSON either: the wrong method is the answer, not the content type.
-        ("POST", "/v1/status".to_owned(), None, "GET"),
-        ("DELETE", "/".to_owned(), None, "GET"),
-        ("POST", "/openapi.json".to_owned(), None, "GET"),
-        ("OPTIONS", "/healthz".to_owned(), None, "GET"),
+        ("POST", "/v1/status".to_owned(), None, "GET, HEAD"),
+        ("DELETE", "/".to_owned(), None, "GET, HEAD"),
+        ("POST", "/openapi.json".to_owned(), None, "GET, HEAD"),
+        ("OPTIONS", "/healthz".to_owned(), None, "GET, HEAD"),
     ] {
         let url = app.url(&path);
         let mut req = app

@@ -112,9 +112,11 @@ export interface paths {
          *     `cursor-out-of-range`. A session whose cursor is older than its trimmed log gets a `reset`
          *     frame and its frames go on from `first_available` (re-read that session and skip its
          *     events up to the `last_event_id` you read). A deleted session gets `session/deleted` and is
-         *     dropped from the stream (and from the cursor); a listed session that no longer exists gets
-         *     404 on connect. Other sessions named by the cursor that no longer exist get
-         *     `session/deleted` at the start of a tenant-wide stream.
+         *     dropped from the stream (and from the cursor). On connect, a listed session that does not
+         *     exist (or is not yours) is left out of the stream; if the cursor names it (it was deleted
+         *     while you were away) the stream starts with its `session/deleted`. When none of the listed
+         *     sessions exists: 404 `session-not-found`. Sessions named by the cursor that no longer
+         *     exist get `session/deleted` at the start of a tenant-wide stream too.
          */
         get: operations["streamManyEvents"];
         put?: never;

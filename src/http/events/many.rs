@@ -244,8 +244,11 @@ fn listed(raw: &str) -> Result<Vec<SessionId>, ApiError> {
 /// What a stream follows.
 struct Following {
     sessions: Vec<SessionId>,
-    /// Sessions the cursor names that no longer exist (a tenant-wide stream tells of them).
+    /// Sessions the cursor names that no longer exist: the stream starts by telling of them.
     gone: Vec<SessionId>,
+    /// The 404 of the first listed session that does not exist (or is not the caller's): the
+    /// answer when none of them does.
+    missing: Option<ApiError>,
     scope: Scope,
 }
 
@@ -291,34 +294,45 @@ async fn following(
         candidates.extend(cursor.sessions().filter(|s| !sessions.contains(s)).cloned());
         at_most(candidates.len(), max, "this stream and its cursor name")?;
     }
-    let (mut follow, mut gone) = (Vec::new(), Vec::new());
+    let (mut follow, mut gone, mut missing) = (Vec::new(), Vec::new(), None);
     for sid in candidates {
         match state.guard(caller, &sid, None, auth::READ).await {
             Ok(()) => follow.push(sid),
-            Err(e) if tenant_wide && e.code == Code::SessionNotFound => {
-                // Counted but not written yet (the next look decides), or gone.
+            // Counted but not written yet (the next look decides), or gone; a listed one is
+            // left out, unless none is left.
+            Err(e) if e.code == Code::SessionNotFound => {
                 if cursor.get(&sid).is_some() {
                     gone.push(sid);
                 }
+                missing.get_or_insert(e);
             }
             Err(e) => return Err(e),
         }
     }
     cursor.keep(&follow);
-    for sid in &follow {
-        if let Some(c) = cursor.get(sid) {
-            let head = match state.sessions.state(sid).await {
-                Ok(head) => head,
+    let mut checked = Vec::with_capacity(follow.len());
+    for sid in follow {
+        if let Some(c) = cursor.get(&sid) {
+            match state.sessions.state(&sid).await {
+                Ok(head) => within_log(&sid, c, head.seq)?,
                 // Counted for the tenant but not written yet (being created) or just deleted.
-                Err(ServiceError::SessionNotFound(_)) if tenant_wide => continue,
+                Err(ServiceError::SessionNotFound(_)) if tenant_wide => {}
+                Err(ServiceError::SessionNotFound(_)) => {
+                    missing
+                        .get_or_insert_with(|| ServiceError::SessionNotFound(sid.clone()).into());
+                    cursor.remove(&sid);
+                    gone.push(sid);
+                    continue;
+                }
                 Err(e) => return Err(e.into()),
-            };
-            within_log(sid, c, head.seq)?;
+            }
         }
+        checked.push(sid);
     }
     Ok(Following {
-        sessions: follow,
+        sessions: checked,
         gone,
+        missing,
         scope,
     })
 }
@@ -340,9 +354,11 @@ async fn following(
 /// `cursor-out-of-range`. A session whose cursor is older than its trimmed log gets a `reset`
 /// frame and its frames go on from `first_available` (re-read that session and skip its
 /// events up to the `last_event_id` you read). A deleted session gets `session/deleted` and is
-/// dropped from the stream (and from the cursor); a listed session that no longer exists gets
-/// 404 on connect. Other sessions named by the cursor that no longer exist get
-/// `session/deleted` at the start of a tenant-wide stream.
+/// dropped from the stream (and from the cursor). On connect, a listed session that does not
+/// exist (or is not yours) is left out of the stream; if the cursor names it (it was deleted
+/// while you were away) the stream starts with its `session/deleted`. When none of the listed
+/// sessions exists: 404 `session-not-found`. Sessions named by the cursor that no longer
+/// exist get `session/deleted` at the start of a tenant-wide stream too.
 #[utoipa::path(
     tag = "sessions",
     operation_id = "streamManyEvents",
@@ -371,8 +387,13 @@ pub async fn many_events(
     let Following {
         sessions: follow,
         gone,
+        mut missing,
         scope,
     } = following(&state, &caller, query.sessions.as_deref(), &mut cursor).await?;
+    let listed = matches!(scope, Scope::Listed);
+    if let (true, true, Some(e)) = (listed, follow.is_empty(), missing.take()) {
+        return Err(e);
+    }
     let permit = state.limits.admit_stream(caller.tenant()).await?;
     let mut many = Many {
         state: state.clone(),
@@ -397,9 +418,20 @@ pub async fn many_events(
     for (sid, live) in opened {
         match live {
             Ok(live) => many.follow(sid.clone(), live),
-            Err(ServiceError::SessionNotFound(_)) if matches!(many.scope, Scope::Tenant(..)) => {}
+            Err(ServiceError::SessionNotFound(_)) if !listed => {}
+            // Deleted since it was checked: told of if the client followed it, else left out.
+            Err(ServiceError::SessionNotFound(gone)) => {
+                if many.cursor.get(&gone).is_some() {
+                    many.queue.push_back(deleted(&gone));
+                    many.cursor.remove(&gone);
+                }
+                missing.get_or_insert_with(|| ServiceError::SessionNotFound(gone).into());
+            }
             Err(e) => return Err(e.into()),
         }
+    }
+    if let (true, true, Some(e)) = (listed, many.following.is_empty(), missing) {
+        return Err(e);
     }
     let label = format!("{} sessions", many.following.len());
     let frames = futures_util::stream::unfold(many, |mut many| async move {

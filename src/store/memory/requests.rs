@@ -1,22 +1,15 @@
-//! Idempotency records for the embedded in-memory store: the same rules as `requests.lua`,
-//! under one lock.
+//! Idempotency records for the embedded in-memory store: storage only, under one lock; the
+//! rules are [`super::super::requests::rules`].
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use futures_util::future::BoxFuture;
 
-use super::super::requests::{Begin, RecordTerms, RequestStore, StoredResponse};
+use super::super::requests::{
+    rules, Begin, Held, Record, RecordTerms, RequestStore, StoredResponse,
+};
 use super::super::{now_ms, StoreResult};
-
-struct Record {
-    fingerprint: String,
-    nonce: String,
-    owner: String,
-    /// When the running attempt's lock expires (ms); 0: released.
-    lock: u64,
-    response: Option<StoredResponse>,
-}
 
 #[derive(Default)]
 struct Tenant {
@@ -71,47 +64,21 @@ impl RequestStore for MemoryRequests {
         terms: RecordTerms,
     ) -> BoxFuture<'a, StoreResult<Begin>> {
         self.with(tenant, |t, now| {
-            let Some(record) = t.live(digest, now) else {
-                if t.records.len() as u64 >= terms.max_records {
-                    let oldest = t.expiry.first().map_or(now + 1, |(at, _)| *at);
-                    return Begin::Full {
-                        retry_after_ms: oldest.saturating_sub(now).max(1),
-                    };
-                }
-                let expires = now + terms.keep_ms;
-                t.expiry.insert((expires, digest.to_owned()));
-                t.records.insert(
-                    digest.to_owned(),
-                    Record {
-                        fingerprint: fingerprint.to_owned(),
-                        nonce: nonce.to_owned(),
-                        owner: owner.to_owned(),
-                        lock: now + terms.lock_ms,
-                        response: None,
-                    },
-                );
-                return Begin::Run {
-                    nonce: nonce.to_owned(),
-                    again: false,
-                };
+            t.purge(now);
+            let held = Held {
+                live: t.records.len() as u64,
+                oldest: t.expiry.first().map(|(at, _)| *at),
             };
-            if record.fingerprint != fingerprint {
-                return Begin::Mismatch;
+            let mut record = t.records.remove(digest);
+            let new = record.is_none();
+            let begun = rules::begin(&mut record, fingerprint, owner, nonce, terms, held, now);
+            if let Some(record) = record {
+                if new {
+                    t.expiry.insert((now + terms.keep_ms, digest.to_owned()));
+                }
+                t.records.insert(digest.to_owned(), record);
             }
-            if let Some(response) = &record.response {
-                return Begin::Replay(response.clone());
-            }
-            if record.lock > now {
-                return Begin::InUse {
-                    retry_after_ms: record.lock - now,
-                };
-            }
-            record.owner = owner.to_owned();
-            record.lock = now + terms.lock_ms;
-            Begin::Run {
-                nonce: record.nonce.clone(),
-                again: true,
-            }
+            begun
         })
     }
 
@@ -122,12 +89,8 @@ impl RequestStore for MemoryRequests {
         owner: &'a str,
         lock_ms: u64,
     ) -> BoxFuture<'a, StoreResult<bool>> {
-        self.with(tenant, |t, now| match t.live(digest, now) {
-            Some(r) if r.response.is_none() && r.owner == owner => {
-                r.lock = now + lock_ms;
-                true
-            }
-            _ => false,
+        self.with(tenant, |t, now| {
+            rules::renew(t.live(digest, now), owner, lock_ms, now)
         })
     }
 
@@ -139,20 +102,7 @@ impl RequestStore for MemoryRequests {
         response: Option<&'a StoredResponse>,
     ) -> BoxFuture<'a, StoreResult<()>> {
         self.with(tenant, |t, now| {
-            let Some(r) = t.live(digest, now) else {
-                return;
-            };
-            if r.response.is_some() {
-                return;
-            }
-            match response {
-                Some(response) => {
-                    r.response = Some(response.clone());
-                    r.lock = 0;
-                }
-                None if r.owner == owner => r.lock = 0,
-                None => {}
-            }
+            rules::finish(t.live(digest, now), owner, response)
         })
     }
 }

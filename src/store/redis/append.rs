@@ -1,21 +1,18 @@
 //! Compare-and-append (`append.lua`): the one command that writes a session's events, with the
-//! marker of a keyed request (`Idempotency-Key`) checked and set in the same atomic step.
+//! marker of a keyed request (`Idempotency-Key`) checked and set in the same atomic step. The
+//! markers are fields of one hash of the session (see [`RedisLog::session_keys`]), so they
+//! expire and are deleted with it.
 
 use redis::Value;
 
 use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
-use super::super::requests::KEEP_MS;
+use super::super::requests::mark_keep_ms;
 use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
 use super::RedisLog;
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, SessionId};
 
 impl RedisLog {
-    /// The Redis key of a keyed request's marker in the session's slot.
-    pub fn mark_key(&self, sid: &SessionId, mark: &Mark) -> String {
-        format!("{}:{{{}}}:idem:{}:{}", self.prefix, sid, mark.name, mark.n)
-    }
-
     pub(super) async fn append_marked(
         &self,
         sid: &SessionId,
@@ -30,16 +27,14 @@ impl RedisLog {
         for key in self.session_keys(sid) {
             inv.key(key);
         }
-        if let Some(mark) = mark {
-            inv.key(self.mark_key(sid, mark));
-        }
         inv.arg(expected.seq)
             .arg(SCHEMA_VERSION)
             .arg(&self.channel)
             .arg(sid.as_str())
             .arg(expected.ts)
             .arg(ttl_ms)
-            .arg(if mark.is_some() { KEEP_MS } else { 0 });
+            .arg(mark.map_or(0, |_| mark_keep_ms(ttl_ms)))
+            .arg(mark.map(Mark::field).unwrap_or_default());
         for (e, data) in events.iter().zip(data) {
             inv.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
         }

@@ -106,36 +106,83 @@ async fn a_marked_commit_happens_once(log: Arc<dyn EventLog>) {
 async fn a_marked_commit_happens_once_on_redis() {
     let redis = TestRedis::start().await;
     let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
-    let sid_key = |sid: &SessionId| log.mark_key(sid, &mark(1));
     let probe = SessionId::parse("probe").unwrap();
+    let p = &redis.prefix;
     assert_eq!(
-        sid_key(&probe),
-        format!(
-            "{}:{{probe}}:idem:0123456789abcdef0123456789abcdef:1",
-            redis.prefix
-        ),
-        "a marker lives in its session's slot"
+        log.session_keys(&probe),
+        [
+            format!("{p}:{{probe}}:log"),
+            format!("{p}:{{probe}}:idem"),
+            format!("{p}:{{probe}}:idem:exp"),
+        ],
+        "markers live in their session's slot, among its keys"
     );
     a_marked_commit_happens_once(Arc::new(log)).await;
     let mut conn = redis.conn().await;
-    let markers: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*:idem:*", redis.prefix))
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{p}:*:idem*"))
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(markers.len(), 3, "{markers:?}");
-    for marker in markers {
+    keys.sort();
+    assert_eq!(
+        keys.len(),
+        2,
+        "one hash of markers and its expiry: {keys:?}"
+    );
+    let marks: u64 = redis::cmd("HLEN")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(marks, 3);
+    for key in keys {
         let ttl: i64 = redis::cmd("PTTL")
-            .arg(&marker)
+            .arg(&key)
             .query_async(&mut conn)
             .await
             .unwrap();
-        let day = 24 * 3600 * 1000;
         assert!(
-            ttl > day - 60_000 && ttl <= day,
-            "{marker}: kept 24 h, not {ttl} ms"
+            ttl > 0 && ttl <= 60_000,
+            "{key}: kept as long as the session (60 s), not {ttl} ms"
         );
     }
+}
+
+/// A session's markers go with it: a session made again under its id is not taken for the
+/// one a keyed request wrote before the delete.
+async fn a_deleted_session_takes_its_markers_along(log: &dyn EventLog) -> SessionId {
+    let sid = SessionId::generate().unwrap();
+    let (events, first) = ([select(true)], mark(1));
+    let once = || log.append_once(&sid, Anchor::seq_only(0), &events, 60_000, &first);
+    assert!(matches!(once().await.unwrap(), Append::Committed(_)));
+    assert!(log.delete(&sid).await.unwrap());
+    let again = once().await.unwrap();
+    assert!(
+        matches!(again, Append::Committed(ref e) if e.len() == 1),
+        "not answered from the deleted session's marker: {again:?}"
+    );
+    assert_eq!(log.read(&sid, 0, 10).await.unwrap().len(), 1);
+    assert!(log.delete(&sid).await.unwrap());
+    sid
+}
+
+#[tokio::test]
+async fn a_deleted_session_takes_its_markers_along_on_redis() {
+    let redis = TestRedis::start().await;
+    let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
+    let sid = a_deleted_session_takes_its_markers_along(&log).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:{{{sid}}}*", redis.prefix))
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap();
+    assert_eq!(keys, Vec::<String>::new(), "nothing of the session is left");
+}
+
+#[tokio::test]
+async fn a_deleted_session_takes_its_markers_along_in_memory() {
+    a_deleted_session_takes_its_markers_along(&MemoryLog::default()).await;
 }
 
 #[tokio::test]
