@@ -1,6 +1,9 @@
 //! Live fan-out on one replica: one store subscription (the [`LiveBus`]) feeds in-process
-//! broadcast channels, one per session that has subscribers here. A replica never holds a
-//! Redis connection per subscriber.
+//! feeds, one per session that has subscribers here. A replica never holds a Redis connection
+//! per subscriber, and hears only the sessions it has subscribers for: the hub tells the bus
+//! when a session gains its first subscriber here and when its last one leaves
+//! ([`Watcher`]), and the bus says when a session's subscription is (re)established, which
+//! makes that feed's streams catch up from the log.
 //!
 //! Delivery is best-effort by design: a subscriber ([`stream::LiveStream`]) tracks the last seq
 //! it sent and reads any gap from the log, and after a reconnect of the bus every feed is told
@@ -14,19 +17,21 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 use crate::domain::event::frames::RecordedFrame;
 use crate::domain::{Recorded, SessionId};
-use crate::store::{Ephemeral, EventLog, LiveBus, LiveMessage};
+use crate::store::{Ephemeral, EventLog, LiveBus, LiveMessage, Watcher};
 
+pub mod feed;
 mod steps;
 pub mod stream;
 mod views;
 
 pub use stream::{Item, LiveStream};
 
-/// Items buffered per session feed by default; a subscriber further behind is disconnected.
+/// Items a session feed holds at most by default; a subscriber further behind is disconnected.
+/// A feed holds only what some subscriber has not read yet.
 pub const FEED_CAPACITY: usize = 1024;
 
 /// A committed event on its way to subscribers, serialized at most once per replica however
@@ -87,9 +92,13 @@ pub enum FeedItem {
     Deleted,
 }
 
+type Feed = feed::Feed<FeedItem>;
+
 pub struct Hub {
-    feeds: Mutex<HashMap<SessionId, broadcast::Sender<FeedItem>>>,
+    feeds: Mutex<HashMap<SessionId, Arc<Feed>>>,
     capacity: usize,
+    /// Tells the bus which sessions this replica listens to.
+    watcher: Watcher,
     /// The log streams catch up from (through the store's seam, as DESIGN §7 allows).
     log: Arc<dyn EventLog>,
 }
@@ -97,13 +106,13 @@ pub struct Hub {
 /// A subscriber's handle on a session feed; the feed goes away with its last subscriber.
 pub struct Subscription {
     /// Always `Some` until drop, which releases it under the hub's lock.
-    rx: Option<broadcast::Receiver<FeedItem>>,
+    rx: Option<feed::Receiver<FeedItem>>,
     hub: Weak<Hub>,
     sid: SessionId,
 }
 
 impl Subscription {
-    pub fn rx(&mut self) -> &mut broadcast::Receiver<FeedItem> {
+    pub fn rx(&mut self) -> &mut feed::Receiver<FeedItem> {
         self.rx
             .as_mut()
             .expect("a live subscription has its receiver until dropped")
@@ -112,7 +121,7 @@ impl Subscription {
     /// Skips everything buffered: the next item is the next one sent.
     pub fn skip_to_tail(&mut self) {
         if let Some(rx) = self.rx.as_mut() {
-            *rx = rx.resubscribe();
+            rx.skip_to_end();
         }
     }
 }
@@ -126,11 +135,9 @@ impl Drop for Subscription {
         // Released under the lock, so two last subscribers leaving together cannot both see
         // the other and leave the feed behind.
         drop(self.rx.take());
-        if feeds
-            .get(&self.sid)
-            .is_some_and(|tx| tx.receiver_count() == 0)
-        {
+        if feeds.get(&self.sid).is_some_and(|f| f.receivers() == 0) {
             feeds.remove(&self.sid);
+            hub.watcher.unwatch(&self.sid);
         }
     }
 }
@@ -138,13 +145,14 @@ impl Drop for Subscription {
 impl Hub {
     /// Starts listening on `bus` and dispatching to local feeds.
     pub fn start(bus: &dyn LiveBus, log: Arc<dyn EventLog>, capacity: usize) -> Arc<Self> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let watcher = bus.listen(tx);
         let hub = Arc::new(Hub {
             feeds: Mutex::default(),
             capacity: capacity.max(1),
+            watcher,
             log,
         });
-        let (tx, rx) = mpsc::unbounded_channel();
-        bus.listen(tx);
         tokio::spawn(Self::dispatch(Arc::downgrade(&hub), rx));
         hub
     }
@@ -160,22 +168,27 @@ impl Hub {
                             .into_iter()
                             .map(|e| LiveEvent::new(&sid, e))
                             .collect();
-                        let _ = tx.send(FeedItem::Events(shared));
+                        tx.send(FeedItem::Events(shared));
                     }
                 }
                 LiveMessage::Ephemeral(msg) => {
                     if let Some(tx) = feeds.get(&msg.sid) {
-                        let _ = tx.send(FeedItem::Ephemeral(Arc::new(msg)));
+                        tx.send(FeedItem::Ephemeral(Arc::new(msg)));
                     }
                 }
                 LiveMessage::Deleted { sid } => {
                     if let Some(tx) = feeds.get(&sid) {
-                        let _ = tx.send(FeedItem::Deleted);
+                        tx.send(FeedItem::Deleted);
                     }
                 }
                 LiveMessage::Reconnected => {
                     for tx in feeds.values() {
-                        let _ = tx.send(FeedItem::Resync);
+                        tx.send(FeedItem::Resync);
+                    }
+                }
+                LiveMessage::Watching { sid } => {
+                    if let Some(tx) = feeds.get(&sid) {
+                        tx.send(FeedItem::Resync);
                     }
                 }
             }
@@ -185,10 +198,14 @@ impl Hub {
     pub fn subscribe(self: &Arc<Self>, sid: &SessionId) -> Subscription {
         let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
         let rx = match feeds.get(sid) {
-            Some(tx) => tx.subscribe(),
+            Some(feed) => feed.subscribe(),
             None => {
-                let (tx, rx) = broadcast::channel(self.capacity);
-                feeds.insert(sid.clone(), tx);
+                let feed = Feed::new(self.capacity);
+                let rx = feed.subscribe();
+                feeds.insert(sid.clone(), feed);
+                // Under the lock, so a watch and the unwatch of a feed that just emptied
+                // reach the bus in the order the feeds changed.
+                self.watcher.watch(sid);
                 rx
             }
         };
@@ -202,7 +219,7 @@ impl Hub {
     /// SSE subscribers on this replica.
     pub fn subscribers(&self) -> usize {
         let feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
-        feeds.values().map(|tx| tx.receiver_count()).sum()
+        feeds.values().map(|f| f.receivers()).sum()
     }
 
     /// Sessions with local subscribers (for metrics and tests).

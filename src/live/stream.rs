@@ -19,8 +19,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::Stream;
-use tokio::sync::broadcast::error::RecvError;
 
+use super::feed::RecvError;
 use super::steps::Steps;
 use super::views::PlanViews;
 use super::{FeedItem, Hub, LiveEvent, Subscription};

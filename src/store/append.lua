@@ -5,7 +5,7 @@
 --          and a delete removes them.
 -- ARGV[1]  the seq the caller's decision was based on (0: the session must not exist yet)
 -- ARGV[2]  schema version
--- ARGV[3]  the live channel to publish committed events on ('' for none)
+-- ARGV[3]  the session's live channel to publish committed events on ('' for none)
 -- ARGV[4]  the session id (named in the published message)
 -- ARGV[5]  the commit time (ms) of the entry at the expected seq, as the caller folded it
 --          ('0': not checked)
@@ -86,8 +86,8 @@ if #published > 0 then
     end
   end
 end
--- Every replica's one subscription learns of the commit in the same round trip, in commit
--- order; a subscriber that sees a gap reads it from the stream.
+-- Every replica subscribed to the session learns of the commit in the same round trip, in
+-- commit order; a subscriber that sees a gap reads it from the stream.
 if ARGV[3] ~= '' and #published > 0 then
   redis.call('PUBLISH', ARGV[3], cjson.encode({sid = ARGV[4], first = expected + 1, ms = ms, events = published}))
 end

@@ -14,7 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::requests::mark_keep_ms;
 use super::{
     encode, now_ms, stamp, Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, Mark,
-    StoreResult, CONFLICT_BATCH,
+    StoreResult, Watcher, CONFLICT_BATCH,
 };
 use crate::domain::{NewEvent, Recorded, SessionId};
 
@@ -348,7 +348,8 @@ impl LiveBus for MemoryLog {
         Box::pin(async { Ok(()) })
     }
 
-    fn listen(&self, tx: UnboundedSender<LiveMessage>) {
+    fn listen(&self, tx: UnboundedSender<LiveMessage>) -> Watcher {
         lock(&self.listeners).push(tx);
+        Watcher::everything()
     }
 }

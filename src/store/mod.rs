@@ -164,8 +164,8 @@ pub trait EventLog: Send + Sync + 'static {
     fn delete<'a>(&'a self, sid: &'a SessionId) -> BoxFuture<'a, StoreResult<bool>>;
 }
 
-/// What every replica hears live: committed events of every session, in commit order, and
-/// ephemeral deltas. Delivery is best-effort; a listener that sees a gap (or `Reconnected`)
+/// What a replica hears live: committed events of the sessions it watches, in commit order,
+/// and their ephemeral deltas. Delivery is best-effort; a listener that sees a gap (or `Reconnected`)
 /// reads what it missed from the log.
 #[derive(Clone, Debug)]
 pub enum LiveMessage {
@@ -179,6 +179,47 @@ pub enum LiveMessage {
     Deleted { sid: SessionId },
     /// The listener reconnected and may have missed messages.
     Reconnected,
+    /// The bus (re)established its subscription to this session (after [`Watcher::watch`],
+    /// or after a reconnect or failover): anything committed before may have been missed.
+    Watching { sid: SessionId },
+}
+
+/// What a replica's live listener should hear: the hub names each session when it gains its
+/// first local subscriber and when its last one leaves, and the bus subscribes to just those.
+/// A bus that delivers every session anyway (the in-memory one) ignores it.
+#[derive(Clone, Debug, Default)]
+pub struct Watcher(Option<tokio::sync::mpsc::UnboundedSender<Watch>>);
+
+/// One change of interest, in the order the hub made them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watch {
+    On(SessionId),
+    Off(SessionId),
+}
+
+impl Watcher {
+    /// A watcher for a bus that delivers every session.
+    pub fn everything() -> Self {
+        Self(None)
+    }
+
+    /// A watcher whose changes the bus reads from the returned receiver.
+    pub fn channel() -> (Self, tokio::sync::mpsc::UnboundedReceiver<Watch>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Self(Some(tx)), rx)
+    }
+
+    pub fn watch(&self, sid: &SessionId) {
+        if let Some(tx) = &self.0 {
+            let _ = tx.send(Watch::On(sid.clone()));
+        }
+    }
+
+    pub fn unwatch(&self, sid: &SessionId) {
+        if let Some(tx) = &self.0 {
+            let _ = tx.send(Watch::Off(sid.clone()));
+        }
+    }
 }
 
 /// An ephemeral (never recorded) live message: routing fields beside an opaque JSON body.
@@ -209,8 +250,9 @@ pub struct StepRef {
 pub trait LiveBus: Send + Sync + 'static {
     /// Publishes an ephemeral message to every replica.
     fn publish(&self, msg: Ephemeral) -> BoxFuture<'_, StoreResult<()>>;
-    /// Starts delivering every live message to `tx` (one listener per replica).
-    fn listen(&self, tx: tokio::sync::mpsc::UnboundedSender<LiveMessage>);
+    /// Starts delivering live messages to `tx` (one listener per replica): those of the
+    /// sessions named through the returned [`Watcher`] (at least; a bus may deliver more).
+    fn listen(&self, tx: tokio::sync::mpsc::UnboundedSender<LiveMessage>) -> Watcher;
 }
 
 /// Leases on running turns: a turn is run by the replica holding its lease; a lease not renewed

@@ -6,8 +6,9 @@
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
 //! and `XADD`s in one atomic step; the stream's own last id is the version, never `XLEN` (which
 //! is wrong after trimming). The same script sets the session's retention as a TTL on each of
-//! its keys ([`RedisLog::session_keys`]), and `delete.lua` removes them all. Live messages share
-//! one pub/sub channel; their payloads are encoded and decoded in `wire.rs`. A write Redis
+//! its keys ([`RedisLog::session_keys`]), and `delete.lua` removes them all. Live messages go
+//! out on the session's own channel (`live.rs`), so a replica hears only the sessions it has
+//! subscribers for; their payloads are encoded and decoded in `wire.rs`. A write Redis
 //! refuses for want of memory is [`StoreError::Full`], any other failure `Unavailable`.
 
 use std::sync::Arc;
@@ -19,11 +20,12 @@ use redis::{Script, Value};
 
 use super::capacity::{self, Pressure};
 use super::entries::{bytes, decode_entries, decode_entry, entry_anchor, int};
-use super::{Anchor, Append, Ephemeral, EventLog, LiveBus, LiveMessage, Mark, StoreResult};
+use super::{Anchor, Append, EventLog, Mark, StoreResult};
 use crate::domain::{NewEvent, Recorded, SessionId};
 
 mod append;
 mod limits;
+mod live;
 mod requests;
 pub use self::limits::RedisLimits;
 pub use self::requests::RedisRequests;
@@ -38,8 +40,6 @@ pub struct RedisLog {
     pub(super) prefix: String,
     append: Script,
     delete: Script,
-    /// The one pub/sub channel every replica listens on.
-    channel: String,
     /// Writes refused for want of memory, shared with the leases.
     pressure: Arc<Pressure>,
 }
@@ -58,7 +58,6 @@ impl RedisLog {
             prefix: prefix.to_owned(),
             append: Script::new(include_str!("append.lua")),
             delete: Script::new(include_str!("delete.lua")),
-            channel: format!("{prefix}:live"),
             pressure: Arc::default(),
         })
     }
@@ -212,7 +211,7 @@ impl EventLog for RedisLog {
             for key in self.session_keys(sid) {
                 inv.key(key);
             }
-            inv.arg(&self.channel).arg(sid.as_str());
+            inv.arg(self.live_channel(sid)).arg(sid.as_str());
             let removed: u64 = inv
                 .invoke_async(&mut conn)
                 .await
@@ -229,57 +228,6 @@ impl RedisLog {
             .arg("MINID")
             .arg(format!("{keep_from}-0"));
         cmd
-    }
-}
-
-impl LiveBus for RedisLog {
-    fn publish(&self, msg: Ephemeral) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(async move {
-            let mut conn = self.conn.clone();
-            let message = super::wire::encode_ephemeral(&msg)?;
-            let _: Value = redis::cmd("PUBLISH")
-                .arg(&self.channel)
-                .arg(message)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.failed(e))?;
-            Ok(())
-        })
-    }
-
-    /// One dedicated pub/sub connection per replica, reconnecting with backoff; after every
-    /// (re)subscription listeners are told to catch up from the log.
-    fn listen(&self, tx: tokio::sync::mpsc::UnboundedSender<LiveMessage>) {
-        let client = self.client.clone();
-        let channel = self.channel.clone();
-        tokio::spawn(async move {
-            use futures_util::StreamExt;
-            let mut backoff = Duration::from_millis(100);
-            while !tx.is_closed() {
-                match client.get_async_pubsub().await {
-                    Ok(mut pubsub) => {
-                        if pubsub.subscribe(&channel).await.is_ok() {
-                            backoff = Duration::from_millis(100);
-                            if tx.send(LiveMessage::Reconnected).is_err() {
-                                return;
-                            }
-                            let mut messages = pubsub.on_message();
-                            while let Some(msg) = messages.next().await {
-                                if let Some(m) = super::wire::decode(msg.get_payload_bytes()) {
-                                    if tx.send(m).is_err() {
-                                        return;
-                                    }
-                                }
-                            }
-                        }
-                        tracing::warn!("live subscription lost; reconnecting");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "live subscription failed; retrying"),
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-        });
     }
 }
 

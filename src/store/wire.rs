@@ -1,6 +1,6 @@
-//! The payloads replicas exchange on the one live pub/sub channel, and their decoding.
+//! The payloads replicas exchange on a session's live pub/sub channel, and their decoding.
 //!
-//! Three kinds share the channel, told apart by their first byte:
+//! Three kinds share a channel, told apart by their first byte:
 //! - a committed batch, JSON published by `append.lua` in the append's own round trip
 //!   (`{"sid":…,"first":…,"ms":…,"events":[[type, agent, data], …]}`);
 //! - an ephemeral message: one header line `E <sid> <agent> <kind> <turn> <step> <attempt>`

@@ -29,7 +29,7 @@ impl RedisLog {
         }
         inv.arg(expected.seq)
             .arg(SCHEMA_VERSION)
-            .arg(&self.channel)
+            .arg(self.live_channel(sid))
             .arg(sid.as_str())
             .arg(expected.ts)
             .arg(ttl_ms)

@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use self::events::created;
 use super::*;
 use crate::domain::{NewEvent, Recorded};
-use crate::store::{Anchor, LiveBus, LiveMessage, MemoryLog, StepRef, StoreResult};
+use crate::store::{Anchor, LiveBus, LiveMessage, MemoryLog, StepRef, StoreResult, Watcher};
 
 /// A live bus the test drives: what it sends is all the hub hears.
 #[derive(Default)]
@@ -35,8 +35,9 @@ impl LiveBus for Wire {
         Box::pin(async { Ok(()) })
     }
 
-    fn listen(&self, tx: UnboundedSender<LiveMessage>) {
+    fn listen(&self, tx: UnboundedSender<LiveMessage>) -> Watcher {
         *self.0.lock().unwrap() = Some(tx);
+        Watcher::everything()
     }
 }
 
