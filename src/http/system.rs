@@ -160,6 +160,7 @@ fn store_full() -> actix_web::HttpResponse {
 )]
 #[get("/metrics")]
 pub async fn metrics(state: State) -> actix_web::HttpResponse {
+    let (received, unwatched) = state.hub.received();
     let body = format!(
         "# HELP dsh_sse_subscribers SSE subscribers connected to this replica.\n\
          # TYPE dsh_sse_subscribers gauge\n\
@@ -167,6 +168,10 @@ pub async fn metrics(state: State) -> actix_web::HttpResponse {
          # HELP dsh_sse_sessions Sessions with SSE subscribers on this replica.\n\
          # TYPE dsh_sse_sessions gauge\n\
          dsh_sse_sessions {}\n\
+         # HELP dsh_live_messages_total Session messages (commits, deltas, deletions) the live bus delivered to this replica; `unwatched`: for sessions without subscribers here.\n\
+         # TYPE dsh_live_messages_total counter\n\
+         dsh_live_messages_total{{for=\"watched\"}} {}\n\
+         dsh_live_messages_total{{for=\"unwatched\"}} {}\n\
          # HELP dsh_turns_running Turns this replica is running.\n\
          # TYPE dsh_turns_running gauge\n\
          dsh_turns_running {}\n\
@@ -175,6 +180,8 @@ pub async fn metrics(state: State) -> actix_web::HttpResponse {
          dsh_build_info{{version=\"{}\",store=\"{}\",provider=\"{}\",replica=\"{}\"}} 1\n",
         state.hub.subscribers(),
         state.hub.active_feeds(),
+        received - unwatched,
+        unwatched,
         state.engine.running_turns(),
         env!("CARGO_PKG_VERSION"),
         state.sessions.store_kind(),

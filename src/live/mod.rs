@@ -15,6 +15,7 @@
 //! is shared by every subscriber of its session, an ephemeral body goes out as it came.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::mpsc;
@@ -99,6 +100,9 @@ pub struct Hub {
     capacity: usize,
     /// Tells the bus which sessions this replica listens to.
     watcher: Watcher,
+    /// Messages the bus delivered, and those of them for a session with no feed here.
+    received: std::sync::atomic::AtomicU64,
+    unwatched: std::sync::atomic::AtomicU64,
     /// The log streams catch up from (through the store's seam, as DESIGN §7 allows).
     log: Arc<dyn EventLog>,
 }
@@ -151,6 +155,8 @@ impl Hub {
             feeds: Mutex::default(),
             capacity: capacity.max(1),
             watcher,
+            received: Default::default(),
+            unwatched: Default::default(),
             log,
         });
         tokio::spawn(Self::dispatch(Arc::downgrade(&hub), rx));
@@ -161,6 +167,13 @@ impl Hub {
         while let Some(msg) = rx.recv().await {
             let Some(hub) = hub.upgrade() else { return };
             let feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
+            let confirmation = matches!(msg, LiveMessage::Watching { .. });
+            if let Some(sid) = msg.session().filter(|_| !confirmation) {
+                hub.received.fetch_add(1, Ordering::Relaxed);
+                if !feeds.contains_key(sid) {
+                    hub.unwatched.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             match msg {
                 LiveMessage::Events { sid, events } => {
                     if let Some(tx) = feeds.get(&sid) {
@@ -220,6 +233,16 @@ impl Hub {
     pub fn subscribers(&self) -> usize {
         let feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
         feeds.values().map(|f| f.receivers()).sum()
+    }
+
+    /// Session messages the bus delivered to this replica, and how many of them were for a
+    /// session without local subscribers (a bus that delivers every session, like the
+    /// in-memory one, makes those; the Redis bus should not).
+    pub fn received(&self) -> (u64, u64) {
+        (
+            self.received.load(Ordering::Relaxed),
+            self.unwatched.load(Ordering::Relaxed),
+        )
     }
 
     /// Sessions with local subscribers (for metrics and tests).

@@ -184,6 +184,17 @@ pub enum LiveMessage {
     Watching { sid: SessionId },
 }
 
+impl LiveMessage {
+    /// The session the message is about (none for a reconnect).
+    pub fn session(&self) -> Option<&SessionId> {
+        match self {
+            Self::Events { sid, .. } | Self::Deleted { sid } | Self::Watching { sid } => Some(sid),
+            Self::Ephemeral(e) => Some(&e.sid),
+            Self::Reconnected => None,
+        }
+    }
+}
+
 /// What a replica's live listener should hear: the hub names each session when it gains its
 /// first local subscriber and when its last one leaves, and the bus subscribes to just those.
 /// A bus that delivers every session anyway (the in-memory one) ignores it.

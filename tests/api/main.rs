@@ -14,6 +14,7 @@ mod deletion;
 mod deltas;
 mod errors;
 mod failover;
+mod fanout;
 mod frames;
 mod guard;
 mod head;
