@@ -17,7 +17,8 @@ use utoipa::ToSchema;
 use super::agent::{reason, Next};
 use super::event::{
     AssistantMessage, EventKind, FailureReason, PlanMode, SectionRef, StepHeader, StepRetried,
-    StepStarted, ToolCall, ToolOutcome, ToolResult, TurnEnded, TurnStarted, UserMessage,
+    StepRetryReason, StepStarted, ToolCall, ToolOutcome, ToolResult, TurnEnded, TurnStarted,
+    UserMessage,
 };
 use super::history::{History, Message};
 use super::plan::review::{review, ReviewStep};
@@ -230,7 +231,7 @@ impl SessionState {
             step,
             attempt,
             replica: replica.to_owned(),
-            reason: "resumed".into(),
+            reason: StepRetryReason::Resumed,
         });
         Ok((Some(request), vec![NewEvent::new(agent, retried)]))
     }

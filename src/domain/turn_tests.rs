@@ -225,7 +225,7 @@ fn the_fold_refuses_a_question_for_a_call_that_is_not_open_and_a_skipped_attempt
         step: 1,
         attempt: 3,
         replica: "b".into(),
-        reason: "resumed".into(),
+        reason: crate::domain::event::StepRetryReason::Resumed,
     });
     let err = commit(&mut s, vec![NewEvent::new(&main(), skipped)]).unwrap_err();
     assert_eq!(err.at, EventId(s.seq + 1));

@@ -196,6 +196,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     guard::document_json_writes(&mut spec);
     utoipa::Modify::modify(&problems::Document, &mut spec);
     idempotency::document(&mut spec);
+    events::schema::document_streams(&mut spec);
     spec
 }
 

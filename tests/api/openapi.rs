@@ -62,3 +62,56 @@ fn the_readme_problem_tables_match_the_code() {
          problems:begin and problems:end markers with the output of\n\n    cargo run -q -- problems\n"
     );
 }
+
+/// The README documents each route by example: every operation of the spec has a `curl` line
+/// (continuation lines joined) with its method and a URL that fits its path template.
+#[test]
+fn the_readme_has_a_curl_example_of_every_route() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let spec: serde_json::Value = serde_json::from_str(&dsh_plan::http::openapi_json()).unwrap();
+    let commands: Vec<String> = readme
+        .replace("\\\n", " ")
+        .lines()
+        .filter(|l| l.trim_start().starts_with("curl ") || l.contains("$(curl "))
+        .map(|l| l.replace("$P/", "$B/v1/sessions/$SID/agents/main/"))
+        .collect();
+    // The method and the URL paths (`$B/…`) of one command.
+    let examples: Vec<(String, Vec<String>)> = commands
+        .iter()
+        .map(|c| {
+            let method = ["POST", "PUT", "DELETE"]
+                .into_iter()
+                .find(|m| c.contains(&format!("-X{m}")) || c.contains(&format!("-X {m}")))
+                .unwrap_or("GET");
+            let urls = c
+                .split("$B")
+                .skip(1)
+                .map(|rest| {
+                    let end = rest.find(['"', '\'', ' ', '?', ')']).unwrap_or(rest.len());
+                    rest[..end].to_owned()
+                })
+                .collect();
+            (method.to_lowercase(), urls)
+        })
+        .collect();
+    let fits = |template: &str, url: &str| {
+        let (t, u): (Vec<_>, Vec<_>) = (template.split('/').collect(), url.split('/').collect());
+        t.len() == u.len() && t.iter().zip(&u).all(|(t, u)| t.starts_with('{') || t == u)
+    };
+    let mut missing = Vec::new();
+    for (path, ops) in spec["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            let shown = examples
+                .iter()
+                .any(|(m, urls)| m == method && urls.iter().any(|u| fits(path, u)));
+            if !shown {
+                missing.push(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README.md has no curl example of {missing:?}"
+    );
+}

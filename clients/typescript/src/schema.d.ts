@@ -611,7 +611,20 @@ export interface components {
             /** @description The agent that owns this one; `null` for an unowned agent. */
             owner?: string | null;
         };
-        /** @description `agent/spawned`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `agent/spawned`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "agent-1",
+         *       "committed_at": "2026-12-02T10:23:56.373Z",
+         *       "data": {
+         *         "owner": "main"
+         *       },
+         *       "id": "14-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "agent/spawned",
+         *       "v": 1
+         *     }
+         */
         AgentSpawnedFrame: {
             /**
              * @description The agent it concerns.
@@ -753,7 +766,29 @@ export interface components {
             tool_calls?: components["schemas"]["ToolCall"][];
             turn: string;
         };
-        /** @description `assistant/message`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `assistant/message`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:54.873Z",
+         *       "data": {
+         *         "step": 1,
+         *         "text": "Here is my plan.",
+         *         "tool_calls": [
+         *           {
+         *             "arguments": "{\"plan\":\"# Plan\\n\\nRequest:\\n\\n> fix the login bug\\n\\n## Steps\\n\\n1. Inspect the code involved.\\n2. Make the change.\\n3. Verify it with the tests.\\n\"}",
+         *             "id": "call-1",
+         *             "name": "exit_plan_mode"
+         *           }
+         *         ],
+         *         "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
+         *       },
+         *       "id": "8-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "assistant/message",
+         *       "v": 1
+         *     }
+         */
         AssistantMessageFrame: {
             /**
              * @description The agent it concerns.
@@ -808,7 +843,21 @@ export interface components {
             args: string;
             name: string;
         };
-        /** @description `command/run`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `command/run`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:53.623Z",
+         *       "data": {
+         *         "args": "fix the login bug",
+         *         "name": "plan"
+         *       },
+         *       "id": "3-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "command/run",
+         *       "v": 1
+         *     }
+         */
         CommandRunFrame: {
             /**
              * @description The agent it concerns.
@@ -1078,7 +1127,20 @@ export interface components {
             /** @description The system-prompt section name while active. */
             section: string;
         };
-        /** @description `plan/mode`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `plan/mode`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:53.373Z",
+         *       "data": {
+         *         "active": true
+         *       },
+         *       "id": "2-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "plan/mode",
+         *       "v": 1
+         *     }
+         */
         PlanModeFrame: {
             /**
              * @description The agent it concerns.
@@ -1119,7 +1181,20 @@ export interface components {
         PlanSelect: {
             active: boolean;
         };
-        /** @description `plan/select`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `plan/select`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:55.873Z",
+         *       "data": {
+         *         "active": false
+         *       },
+         *       "id": "12-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "plan/select",
+         *       "v": 1
+         *     }
+         */
         PlanSelectFrame: {
             /**
              * @description The agent it concerns.
@@ -1238,7 +1313,24 @@ export interface components {
             option?: string | null;
             text?: string | null;
         };
-        /** @description `question/answered`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `question/answered`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:55.373Z",
+         *       "data": {
+         *         "by": "token:user-42",
+         *         "id": "plan-review-9",
+         *         "label": "Keep planning",
+         *         "option": "keep_planning",
+         *         "text": "Also cover SSO logins."
+         *       },
+         *       "id": "10-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "question/answered",
+         *       "v": 1
+         *     }
+         */
         QuestionAnsweredFrame: {
             /**
              * @description The agent it concerns.
@@ -1283,7 +1375,41 @@ export interface components {
             /** @description The turn and tool call waiting for the answer. */
             turn: string;
         };
-        /** @description `question/asked`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `question/asked`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:55.123Z",
+         *       "data": {
+         *         "allow_text": true,
+         *         "call_id": "call-1",
+         *         "detail": "# Plan\n\nRequest:\n\n> fix the login bug\n\n## Steps\n\n1. Inspect the code involved.\n2. Make the change.\n3. Verify it with the tests.\n",
+         *         "id": "plan-review-9",
+         *         "intent": {
+         *           "approve": "Approve",
+         *           "kind": "plan-review"
+         *         },
+         *         "options": [
+         *           {
+         *             "id": "approve",
+         *             "kind": "approve",
+         *             "label": "Approve"
+         *           },
+         *           {
+         *             "id": "keep_planning",
+         *             "kind": "keep_planning",
+         *             "label": "Keep planning"
+         *           }
+         *         ],
+         *         "title": "Review the plan",
+         *         "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
+         *       },
+         *       "id": "9-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "question/asked",
+         *       "v": 1
+         *     }
+         */
         QuestionAskedFrame: {
             /**
              * @description The agent it concerns.
@@ -1316,7 +1442,21 @@ export interface components {
             by?: string | null;
             id: string;
         };
-        /** @description `question/dismissed`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `question/dismissed`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:56.623Z",
+         *       "data": {
+         *         "by": "token:user-42",
+         *         "id": "plan-review-21"
+         *       },
+         *       "id": "15-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "question/dismissed",
+         *       "v": 1
+         *     }
+         */
         QuestionDismissedFrame: {
             /**
              * @description The agent it concerns.
@@ -1486,7 +1626,42 @@ export interface components {
              */
             tenant?: string | null;
         };
-        /** @description `session/compacted`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `session/compacted`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:56.873Z",
+         *       "data": {
+         *         "agents": [
+         *           {
+         *             "active": false,
+         *             "id": "agent-1",
+         *             "owner": "main"
+         *           },
+         *           {
+         *             "active": true,
+         *             "history": [
+         *               {
+         *                 "content": "[summary of the earlier conversation] 7 earlier messages. The last request was: fix the login bug",
+         *                 "role": "user"
+         *               }
+         *             ],
+         *             "id": "main",
+         *             "last_header_plan": true,
+         *             "owner": null,
+         *             "pending": false
+         *           }
+         *         ],
+         *         "created_at": 1796207033123,
+         *         "retention_ms": 2592000000,
+         *         "summary": "7 earlier messages. The last request was: fix the login bug"
+         *       },
+         *       "id": "16-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "session/compacted",
+         *       "v": 1
+         *     }
+         */
         SessionCompactedFrame: {
             /**
              * @description The agent it concerns.
@@ -1529,7 +1704,20 @@ export interface components {
              */
             tenant?: string | null;
         };
-        /** @description `session/created`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `session/created`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:53.123Z",
+         *       "data": {
+         *         "retention_ms": 2592000000
+         *       },
+         *       "id": "1-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "session/created",
+         *       "v": 1
+         *     }
+         */
         SessionCreatedFrame: {
             /**
              * @description The agent it concerns.
@@ -1691,8 +1879,8 @@ export interface components {
             tools_hash: string;
         };
         /**
-         * @description Another attempt at a step whose request failed or whose replica died; the frozen request is
-         *     sent again unchanged.
+         * @description Another attempt at a step that has no recorded answer (its replica died, lost its lease or
+         *     handed the turn over on shutdown); the frozen request is sent again unchanged.
          */
         StepRetried: {
             /**
@@ -1700,13 +1888,31 @@ export interface components {
              * @description 2 for the first retry, and so on.
              */
             attempt: number;
-            reason: string;
+            reason: components["schemas"]["StepRetryReason"];
+            /** @description The replica that runs this attempt. */
             replica: string;
             /** Format: int32 */
             step: number;
             turn: string;
         };
-        /** @description `step/retried`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `step/retried`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:54.623Z",
+         *       "data": {
+         *         "attempt": 2,
+         *         "reason": "resumed",
+         *         "replica": "replica-b",
+         *         "step": 1,
+         *         "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
+         *       },
+         *       "id": "7-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "step/retried",
+         *       "v": 1
+         *     }
+         */
         StepRetriedFrame: {
             /**
              * @description The agent it concerns.
@@ -1734,6 +1940,13 @@ export interface components {
             /** @description Schema version of the entry. */
             v: number;
         };
+        /**
+         * @description Why a step was attempted again: `resumed` (a runner picked up the turn and found the step's
+         *     current attempt unanswered, so it sends the frozen request again). A failed provider call
+         *     is not retried: it ends the turn as `failed`.
+         * @enum {string}
+         */
+        StepRetryReason: "resumed";
         StepStarted: {
             header: components["schemas"]["StepHeader"];
             /**
@@ -1745,7 +1958,40 @@ export interface components {
             system: string;
             turn: string;
         };
-        /** @description `step/started`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `step/started`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:54.373Z",
+         *       "data": {
+         *         "header": {
+         *           "assembly_hash": "9341ee487d5f5803dfecc8133a8f01d67cd9701919b4d21e56d74e92528bb92c",
+         *           "plan": {
+         *             "active": true
+         *           },
+         *           "replica": "replica-a",
+         *           "sections": [
+         *             {
+         *               "name": "product:base",
+         *               "order": 10
+         *             },
+         *             {
+         *               "name": "plan:policy",
+         *               "order": 50
+         *             }
+         *           ],
+         *           "tools_hash": "af8a90dfc361d9403ac5901b8bc1cbe469e5ef3471f49d29637da4eaadfe5e26"
+         *         },
+         *         "step": 1,
+         *         "system": "You are dsh, an AI agent working with a user on their software project. …\n\nYou are in plan mode: plan before you change anything. …",
+         *         "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
+         *       },
+         *       "id": "6-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "step/started",
+         *       "v": 1
+         *     }
+         */
         StepStartedFrame: {
             /**
              * @description The agent it concerns.
@@ -1814,7 +2060,29 @@ export interface components {
             result: components["schemas"]["ToolOutcome"];
             turn: string;
         };
-        /** @description `tool/result`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `tool/result`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:55.623Z",
+         *       "data": {
+         *         "call_id": "call-1",
+         *         "name": "exit_plan_mode",
+         *         "ok": false,
+         *         "result": {
+         *           "decided_by": "token:user-42",
+         *           "feedback": "Also cover SSO logins.",
+         *           "message": "The user did not approve the plan. Stay in plan mode, revise the plan with their feedback and submit it again with `exit_plan_mode`.",
+         *           "reason": "rejected"
+         *         },
+         *         "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
+         *       },
+         *       "id": "11-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "tool/result",
+         *       "v": 1
+         *     }
+         */
         ToolResultFrame: {
             /**
              * @description The agent it concerns.
@@ -1861,7 +2129,21 @@ export interface components {
             reason: components["schemas"]["TurnEndReason"];
             turn: string;
         };
-        /** @description `turn/ended`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `turn/ended`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:56.123Z",
+         *       "data": {
+         *         "reason": "cancelled",
+         *         "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
+         *       },
+         *       "id": "13-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "turn/ended",
+         *       "v": 1
+         *     }
+         */
         TurnEndedFrame: {
             /**
              * @description The agent it concerns.
@@ -1892,7 +2174,20 @@ export interface components {
         TurnStarted: {
             turn: string;
         };
-        /** @description `turn/started`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `turn/started`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:53.873Z",
+         *       "data": {
+         *         "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
+         *       },
+         *       "id": "4-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "turn/started",
+         *       "v": 1
+         *     }
+         */
         TurnStartedFrame: {
             /**
              * @description The agent it concerns.
@@ -1927,7 +2222,20 @@ export interface components {
             steer?: boolean;
             text: string;
         };
-        /** @description `user/message`: a recorded event, as `GET …/log` returns it, naming its session. */
+        /**
+         * @description `user/message`: a recorded event, as `GET …/log` returns it, naming its session.
+         * @example {
+         *       "agent": "main",
+         *       "committed_at": "2026-12-02T10:23:54.123Z",
+         *       "data": {
+         *         "text": "fix the login bug"
+         *       },
+         *       "id": "5-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "user/message",
+         *       "v": 1
+         *     }
+         */
         UserMessageFrame: {
             /**
              * @description The agent it concerns.
@@ -2146,7 +2454,32 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description An endless `text/event-stream` (bounded with `max_events`/`max_ms`). Each frame is `id: <composite cursor>` (frames without an event id have no `id:` line), `event: <type>`, `data: <one line of JSON>` valid against `EventFrame` (its `session` says which session), then a blank line; lines starting with `:` are heartbeats. */
+            /**
+             * @description An endless `text/event-stream` (bounded with `max_events`/`max_ms`). Each frame is `id: <composite cursor>` (frames without an event id have no `id:` line), `event: <type>`, `data: <one line of JSON>` valid against `EventFrame` (its `session` says which session), then a blank line; lines starting with `:` are heartbeats.
+             *
+             *     For example (the opening view, a recorded event, the view it changed, a delta, a heartbeat):
+             *
+             *     ```text
+             *     retry: 2000
+             *
+             *     event: plan/view
+             *     data: {"type":"plan/view","session":"3f9c0d2a7be14c55a1d2e3f405162738","agent":"main","data":{"active":false}}
+             *
+             *     id: 3f9c0d2a7be14c55a1d2e3f405162738:2,7a41e6c2d09b4f3e8c5a1b2d3e4f5061:4
+             *     event: plan/mode
+             *     data: {"session":"3f9c0d2a7be14c55a1d2e3f405162738","id":"2-0","agent":"main","type":"plan/mode","data":{"active":true},"committed_at":"2026-12-02T10:23:53.373Z","v":1}
+             *
+             *     id: 3f9c0d2a7be14c55a1d2e3f405162738:2,7a41e6c2d09b4f3e8c5a1b2d3e4f5061:4
+             *     event: plan/view
+             *     data: {"type":"plan/view","session":"3f9c0d2a7be14c55a1d2e3f405162738","agent":"main","id":"2-0","data":{"active":true}}
+             *
+             *     event: assistant/delta
+             *     data: {"type":"assistant/delta","session":"3f9c0d2a7be14c55a1d2e3f405162738","agent":"main","data":{"turn":"turn-01a23b6b5b867777b7ae56fd0cc422a3","step":1,"attempt":1,"text":"Here is "}}
+             *
+             *     : heartbeat
+             *
+             *     ```
+             */
             200: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
@@ -5346,7 +5679,32 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description An endless `text/event-stream` (bounded with `max_events`/`max_ms`). Each frame is `id: <event id>` (frames without an event id have no `id:` line), `event: <type>`, `data: <one line of JSON>` valid against `EventFrame`, then a blank line; lines starting with `:` are heartbeats. */
+            /**
+             * @description An endless `text/event-stream` (bounded with `max_events`/`max_ms`). Each frame is `id: <event id>` (frames without an event id have no `id:` line), `event: <type>`, `data: <one line of JSON>` valid against `EventFrame`, then a blank line; lines starting with `:` are heartbeats.
+             *
+             *     For example (the opening view, a recorded event, the view it changed, a delta, a heartbeat):
+             *
+             *     ```text
+             *     retry: 2000
+             *
+             *     event: plan/view
+             *     data: {"type":"plan/view","session":"3f9c0d2a7be14c55a1d2e3f405162738","agent":"main","data":{"active":false}}
+             *
+             *     id: 2-0
+             *     event: plan/mode
+             *     data: {"session":"3f9c0d2a7be14c55a1d2e3f405162738","id":"2-0","agent":"main","type":"plan/mode","data":{"active":true},"committed_at":"2026-12-02T10:23:53.373Z","v":1}
+             *
+             *     id: 2-0
+             *     event: plan/view
+             *     data: {"type":"plan/view","session":"3f9c0d2a7be14c55a1d2e3f405162738","agent":"main","id":"2-0","data":{"active":true}}
+             *
+             *     event: assistant/delta
+             *     data: {"type":"assistant/delta","session":"3f9c0d2a7be14c55a1d2e3f405162738","agent":"main","data":{"turn":"turn-01a23b6b5b867777b7ae56fd0cc422a3","step":1,"attempt":1,"text":"Here is "}}
+             *
+             *     : heartbeat
+             *
+             *     ```
+             */
             200: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];

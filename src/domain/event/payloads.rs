@@ -191,8 +191,8 @@ pub struct StepStarted {
     pub system: String,
 }
 
-/// Another attempt at a step whose request failed or whose replica died; the frozen request is
-/// sent again unchanged.
+/// Another attempt at a step that has no recorded answer (its replica died, lost its lease or
+/// handed the turn over on shutdown); the frozen request is sent again unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepRetried {
@@ -200,8 +200,18 @@ pub struct StepRetried {
     pub step: u32,
     /// 2 for the first retry, and so on.
     pub attempt: u32,
+    /// The replica that runs this attempt.
     pub replica: String,
-    pub reason: String,
+    pub reason: StepRetryReason,
+}
+
+/// Why a step was attempted again: `resumed` (a runner picked up the turn and found the step's
+/// current attempt unanswered, so it sends the frozen request again). A failed provider call
+/// is not retried: it ends the turn as `failed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepRetryReason {
+    Resumed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

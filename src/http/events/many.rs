@@ -34,7 +34,8 @@ use crate::service::ServiceError;
 pub const PICK_UP_EVERY: Duration = Duration::from_secs(2);
 
 /// What a `reset` frame on this stream asks for: the session goes on.
-const RESET_MANY: &str = "events of this session after your cursor were compacted away; its \
+pub(super) const RESET_MANY: &str =
+    "events of this session after your cursor were compacted away; its \
                           frames go on from first_available: re-read the session and skip its \
                           events up to the last_event_id you read";
 

@@ -24,6 +24,7 @@ use crate::domain::{EventId, SessionId};
 use crate::live::LiveStream;
 
 mod cursor;
+mod examples;
 mod many;
 pub mod schema;
 mod sse;
@@ -88,7 +89,8 @@ pub(crate) fn within_log(sid: &SessionId, cursor: EventId, head: u64) -> Result<
 }
 
 /// What a single session's `reset` frame asks for.
-const RESET_ONE: &str = "events after your cursor were compacted away; re-read the session, then \
+pub(super) const RESET_ONE: &str =
+    "events after your cursor were compacted away; re-read the session, then \
                          reconnect after its last_event_id";
 
 /// Subscribe to a session's events (Server-Sent Events).

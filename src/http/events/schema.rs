@@ -109,6 +109,9 @@ fn recorded(event: &str, payload: &str) -> FrameSchema {
             required.push(json!(field));
         }
     }
+    if let Some(example) = super::examples::recorded(event) {
+        schema["example"] = example;
+    }
     FrameSchema {
         event: event.to_owned(),
         name: format!("{payload}Frame"),
@@ -223,10 +226,7 @@ fn frames() -> Vec<FrameSchema> {
 
 /// A frame as the stream writes it, for the spec's examples.
 fn example<D: serde::Serialize>(kind: &str, agent: bool, id: Option<EventId>, data: D) -> Value {
-    let (Ok(session), main) = (
-        SessionId::parse("3f9c0d2a7be14c55a1d2e3f405162738"),
-        AgentId::root(),
-    ) else {
+    let (Ok(session), main) = (SessionId::parse(super::examples::SESSION), AgentId::root()) else {
         return Value::Null;
     };
     serde_json::to_value(Frame {
@@ -298,6 +298,27 @@ impl ToSchema for EventFrame {
     }
 }
 
+/// Shows each event route's `text/event-stream` body as it looks on the wire, framed by the
+/// routes' own code. It goes in the response's description: the media type's schema is one
+/// frame's `data:` JSON, so a whole body as its example would not fit it.
+pub fn document_streams(spec: &mut utoipa::openapi::OpenApi) {
+    for (path, many) in [("/v1/sessions/{sid}/events", false), ("/v1/events", true)] {
+        let response = spec
+            .paths
+            .paths
+            .get_mut(path)
+            .and_then(|item| item.get.as_mut())
+            .and_then(|op| op.responses.responses.get_mut("200"));
+        if let Some(RefOr::T(response)) = response {
+            response.description.push_str(&format!(
+                "\n\nFor example (the opening view, a recorded event, the view it changed, a \
+                 delta, a heartbeat):\n\n```text\n{}```",
+                super::examples::stream(many)
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,26 +356,73 @@ mod tests {
     }
 
     #[test]
-    fn the_examples_of_the_derived_frames_fit_their_schemas() {
+    fn every_frame_has_an_example_that_fits_its_own_schema_and_the_union() {
         let spec = serde_json::to_value(crate::http::openapi()).unwrap();
         let components = &spec["components"];
-        for name in [
-            "PlanViewFrame",
-            "AssistantDeltaFrame",
-            "ResetFrame",
-            "SessionDeletedFrame",
-        ] {
-            let schema = &components["schemas"][name];
+        let validator = |name: &str| {
             let root =
                 json!({"$ref": format!("#/components/schemas/{name}"), "components": components});
-            let validator = jsonschema::validator_for(&root).unwrap();
-            let example = &schema["example"];
-            assert!(example.is_object(), "{name} has an example");
-            let errors: Vec<String> = validator
-                .iter_errors(example)
-                .map(|e| e.to_string())
-                .collect();
-            assert!(errors.is_empty(), "{name}: {errors:?}");
+            jsonschema::validator_for(&root).unwrap()
+        };
+        let any = validator("EventFrame");
+        let frames = frames();
+        assert!(frames.len() >= 20, "{} frames", frames.len());
+        for f in frames {
+            let example = &components["schemas"][&f.name]["example"];
+            assert!(example.is_object(), "{} has an example", f.name);
+            assert_eq!(example["type"], f.event.as_str(), "{}", f.name);
+            assert_eq!(example["session"], super::super::examples::SESSION);
+            for v in [&validator(&f.name), &any] {
+                let errors: Vec<String> = v.iter_errors(example).map(|e| e.to_string()).collect();
+                assert!(errors.is_empty(), "{}: {errors:?}\n{example:#}", f.name);
+            }
+        }
+    }
+
+    #[test]
+    fn the_stream_routes_show_a_body_whose_frames_fit_the_published_schema() {
+        let spec = serde_json::to_value(crate::http::openapi()).unwrap();
+        let root =
+            json!({"$ref": "#/components/schemas/EventFrame", "components": spec["components"]});
+        let any = jsonschema::validator_for(&root).unwrap();
+        let session = super::super::examples::SESSION;
+        for (path, many) in [("/v1/sessions/{sid}/events", false), ("/v1/events", true)] {
+            let description = spec["paths"][path]["get"]["responses"]["200"]["description"]
+                .as_str()
+                .unwrap();
+            let body = description.split("```text\n").nth(1).unwrap();
+            let body = body.split("```").next().unwrap();
+            assert!(body.starts_with("retry: 2000\n\n"), "{path}: {body}");
+            let mut frames = 0;
+            for block in body.split("\n\n").filter(|b| !b.is_empty()) {
+                let line = |prefix: &str| {
+                    let mut lines = block.lines();
+                    lines.find_map(|l| l.strip_prefix(prefix).map(str::to_owned))
+                };
+                let Some(data) = line("data: ") else {
+                    continue;
+                };
+                let data: Value = serde_json::from_str(&data).unwrap();
+                assert!(any.is_valid(&data), "{path}: {data:#}");
+                assert_eq!(
+                    Some(data["type"].as_str().unwrap().to_owned()),
+                    line("event: ")
+                );
+                match (line("id: "), data["id"].as_str()) {
+                    (None, None) => {}
+                    (Some(id), Some(event)) if many => {
+                        let seq = event.trim_end_matches("-0");
+                        assert!(
+                            id.split(',').any(|c| c == format!("{session}:{seq}")),
+                            "{id}"
+                        );
+                    }
+                    (Some(id), Some(event)) => assert_eq!(id, event),
+                    other => panic!("{path}: the id line and the frame's id disagree: {other:?}"),
+                }
+                frames += 1;
+            }
+            assert_eq!(frames, 4, "{path}: {body}");
         }
     }
 

@@ -29,6 +29,14 @@ pub(super) struct Filter {
 }
 
 impl Filter {
+    /// Every frame passes (no `types`, no `agent`).
+    pub(super) fn everything() -> Self {
+        Self {
+            types: Vec::new(),
+            agent: None,
+        }
+    }
+
     pub(super) fn new(query: &EventsQuery) -> Self {
         Self {
             types: query
@@ -60,6 +68,11 @@ pub(super) struct Framing {
     /// What a `reset` frame tells the client to do (the two routes recover differently).
     pub reset: &'static str,
 }
+
+/// What a stream opens with: the reconnection delay for `EventSource`.
+pub(super) const RETRY: &str = "retry: 2000\n\n";
+/// A heartbeat comment, sent every `DSH_SSE_HEARTBEAT_MS`.
+pub(super) const HEARTBEAT: &str = ": heartbeat\n\n";
 
 fn frame(id: Option<&str>, event: &str, data: &str) -> Bytes {
     let mut out = String::with_capacity(data.len() + event.len() + 32);
@@ -219,7 +232,7 @@ impl Sse {
                     }
                     None => self.done = true,
                 },
-                _ = self.heartbeat.tick() => return Some(Bytes::from_static(b": heartbeat\n\n")),
+                _ = self.heartbeat.tick() => return Some(Bytes::from_static(HEARTBEAT.as_bytes())),
                 _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => self.done = true,
                 _ = self.shutdown.changed() => self.done = true,
                 _ = async {
@@ -241,8 +254,7 @@ impl Sse {
 
     /// The `text/event-stream` response: `retry: 2000`, then the frames.
     pub(super) fn response(self) -> HttpResponse {
-        let retry =
-            futures_util::stream::once(async { Ok(Bytes::from_static(b"retry: 2000\n\n")) });
+        let retry = futures_util::stream::once(async { Ok(Bytes::from_static(RETRY.as_bytes())) });
         let body = retry.chain(futures_util::stream::unfold(self, |mut sse| async move {
             sse.next()
                 .await

@@ -3,7 +3,8 @@
 use super::*;
 use crate::domain::event::{
     AgentSnapshot, AgentSpawned, AssistantMessage, PlanMode, PlanSelect, SessionCompacted,
-    SessionCreated, StepHeader, StepRetried, StepStarted, TurnStarted, UserMessage,
+    SessionCreated, StepHeader, StepRetried, StepRetryReason, StepStarted, TurnStarted,
+    UserMessage,
 };
 use crate::domain::EventKind;
 
@@ -91,7 +92,7 @@ pub(super) fn step_retried(step: u32, attempt: u32) -> NewEvent {
             step,
             attempt,
             replica: "r".into(),
-            reason: "provider failed".into(),
+            reason: StepRetryReason::Resumed,
         }),
     )
 }
