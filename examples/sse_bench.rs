@@ -2,7 +2,9 @@
 //! replica, commit-to-delivery latency and server memory per idle subscriber.
 //!
 //! Run by `k6/bench-sse.sh`, which starts Redis and the replicas on loopback. Arguments:
-//! `<subscribe_url> <commit_url> <server_pid> <subscribers> <commits>`.
+//! `<subscribe_url> <commit_url> <server_pid> <subscribers> <commits> [shared|spread]`: all
+//! subscribers on one session (`shared`, the default), or each on a session of its own
+//! (`spread`: the usual case of one browser per session; commits go round-robin over them).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,10 +34,12 @@ fn host_port(url: &str) -> String {
         .to_owned()
 }
 
-type Deliveries = Arc<Mutex<HashMap<u64, Vec<Instant>>>>;
+/// Arrival times per (session index, seq).
+type Deliveries = Arc<Mutex<HashMap<(usize, u64), Vec<Instant>>>>;
 
 async fn subscriber(
     addr: String,
+    session: usize,
     sid: String,
     after: u64,
     ready: tokio::sync::mpsc::Sender<()>,
@@ -70,7 +74,11 @@ async fn subscriber(
                 .strip_suffix("-0")
                 .and_then(|s| s.parse::<u64>().ok())
             {
-                seen.lock().unwrap().entry(seq).or_default().push(now);
+                seen.lock()
+                    .unwrap()
+                    .entry((session, seq))
+                    .or_default()
+                    .push(now);
             }
             pending = rest[end..].to_owned();
         }
@@ -94,27 +102,33 @@ async fn main() {
     let pid: u32 = args[3].parse().unwrap();
     let n: usize = args[4].parse().unwrap();
     let commits: usize = args[5].parse().unwrap();
+    let spread = args.get(6).is_some_and(|m| m == "spread");
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
 
-    let created: serde_json::Value = http
-        .post(format!("{commit_url}/v1/sessions"))
-        .json(&serde_json::json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let sid = created["id"].as_str().unwrap().to_owned();
+    let mut sids = Vec::new();
+    for _ in 0..if spread { n.max(1) } else { 1 } {
+        let created: serde_json::Value = http
+            .post(format!("{commit_url}/v1/sessions"))
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        sids.push(created["id"].as_str().unwrap().to_owned());
+    }
     let rss_before = rss_kb(pid);
 
     let seen: Deliveries = Arc::default();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(n.max(1));
     let addr = host_port(&sub_url);
     for i in 0..n {
+        let session = i % sids.len();
         tokio::spawn(subscriber(
             addr.clone(),
-            sid.clone(),
+            session,
+            sids[session].clone(),
             1,
             ready_tx.clone(),
             seen.clone(),
@@ -139,12 +153,16 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle = rss_kb(pid);
 
-    let mut sent: HashMap<u64, Instant> = HashMap::new();
+    let mut sent: HashMap<(usize, u64), Instant> = HashMap::new();
     for i in 0..commits {
+        let session = i % sids.len();
+        let sid = &sids[session];
+        // Each session alternates on, off, on…
+        let active = (i / sids.len()) % 2 == 0;
         let t0 = Instant::now();
         let res: serde_json::Value = http
             .put(format!("{commit_url}/v1/sessions/{sid}/agents/main/plan"))
-            .json(&serde_json::json!({ "active": i % 2 == 0 }))
+            .json(&serde_json::json!({ "active": active }))
             .send()
             .await
             .unwrap()
@@ -157,17 +175,19 @@ async fn main() {
             .trim_end_matches("-0")
             .parse()
             .unwrap();
-        sent.insert(seq, t0);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        sent.insert((session, seq), t0);
+        tokio::time::sleep(Duration::from_millis(if spread { 5 } else { 100 })).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let seen = seen.lock().unwrap();
     let mut lat: Vec<f64> = Vec::new();
     let mut missing = 0usize;
-    for (seq, t0) in &sent {
-        let got = seen.get(seq).map(Vec::as_slice).unwrap_or(&[]);
-        missing += connected.saturating_sub(got.len());
+    // Subscribers per session (all on one, or one each).
+    let per_session = if spread { 1 } else { connected };
+    for (key, t0) in &sent {
+        let got = seen.get(key).map(Vec::as_slice).unwrap_or(&[]);
+        missing += per_session.saturating_sub(got.len());
         lat.extend(
             got.iter()
                 .map(|t| t.duration_since(*t0).as_secs_f64() * 1000.0),
@@ -175,7 +195,8 @@ async fn main() {
     }
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     println!(
-        "subscribers {connected}/{n}  commits {commits}  deliveries {}  missing {missing}\n  commit-to-delivery ms: p50 {:.2}  p99 {:.2}  max {:.2}\n  server RSS: {} KB before, {} KB with {connected} idle subscribers -> {:.1} KB per subscriber",
+        "subscribers {connected}/{n} on {} session(s)  commits {commits}  deliveries {}  missing {missing}\n  commit-to-delivery ms: p50 {:.2}  p99 {:.2}  max {:.2}\n  server RSS: {} KB before, {} KB with {connected} idle subscribers -> {:.1} KB per subscriber",
+        sids.len(),
         lat.len(),
         percentile(&lat, 0.5),
         percentile(&lat, 0.99),

@@ -3,12 +3,14 @@
 # 1,000 and 5,000 subscribers on one replica, the commits made on another replica or the same.
 # Starts its own redis-server and two replicas on free loopback ports; stops everything.
 #
-#   bash k6/bench-sse.sh                 # 1000 and 5000 subscribers
-#   SUBSCRIBERS="1000" COMMITS=30 bash k6/bench-sse.sh
+#   bash k6/bench-sse.sh                 # 1000 and 5000 subscribers on one session,
+#                                        # then 2000 on 2000 sessions (one each)
+#   SUBSCRIBERS="1000" COMMITS=30 SPREAD="" bash k6/bench-sse.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUBSCRIBERS=${SUBSCRIBERS:-"1000 5000"}
 COMMITS=${COMMITS:-40}
+SPREAD=${SPREAD-2000}
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 . k6/common.sh
 cargo build --release -q --bin dsh-plan --example sse_bench
@@ -30,4 +32,9 @@ for n in $SUBSCRIBERS; do
   target/release/examples/sse_bench "$A" "$B" "$APID" "$n" "$COMMITS"
   echo "== $n subscribers on replica a, commits on replica a"
   target/release/examples/sse_bench "$A" "$A" "$APID" "$n" "$COMMITS"
+done
+
+for n in $SPREAD; do
+  echo "== $n subscribers on replica a, one per session, commits on replica b"
+  target/release/examples/sse_bench "$A" "$B" "$APID" "$n" "$n" spread
 done
