@@ -162,6 +162,12 @@ pub struct Settings {
     /// (it resumes with `Last-Event-ID`).
     #[arg(long, env = "DSH_SSE_FEED_CAPACITY", default_value_t = crate::live::FEED_CAPACITY, global = true)]
     pub sse_feed_capacity: usize,
+    /// After SIGTERM, how long (ms) the replica keeps serving requests while it is not ready,
+    /// before it stops accepting: time for a load balancer that polls `/readyz` to stop sending
+    /// it traffic. Event streams end and turns are handed over at once either way. 0 where the
+    /// platform drains first (Kubernetes' `preStop`).
+    #[arg(long, env = "DSH_DRAIN_DELAY_MS", default_value_t = 0, global = true)]
+    pub drain_delay_ms: u64,
     /// The plugin manifest (YAML); unset → the built-in one (plan-mode, commands, questions).
     #[arg(long, env = "DSH_CONFIG", global = true)]
     pub config: Option<String>,
@@ -269,6 +275,7 @@ impl Settings {
             config: None,
             trim_on_compact: true,
             sse_feed_capacity: crate::live::FEED_CAPACITY,
+            drain_delay_ms: 0,
             sse_heartbeat_ms: 15_000,
             max_steps: crate::engine::DEFAULT_MAX_STEPS,
             max_agents: 1000,

@@ -45,6 +45,8 @@ pub struct Application {
     server: Server,
     state: Arc<AppState>,
     shutdown: tokio::sync::watch::Sender<bool>,
+    /// `DSH_DRAIN_DELAY_MS`.
+    drain_delay: std::time::Duration,
 }
 
 /// Opens the configured store: Redis when a URL is given, else the embedded in-memory log.
@@ -291,6 +293,7 @@ impl Application {
             server: server.run(),
             state,
             shutdown: shutdown_tx,
+            drain_delay: std::time::Duration::from_millis(settings.drain_delay_ms),
         })
     }
 
@@ -312,12 +315,14 @@ impl Application {
         self.server.await
     }
 
-    /// Serves until SIGINT or SIGTERM, then hands running turns over to other replicas, ends
-    /// SSE streams (so clients reconnect to another replica) and stops gracefully.
+    /// Serves until SIGINT or SIGTERM, then drains: readiness turns false, SSE streams end with
+    /// a reconnect hint (so clients reconnect to another replica), running turns are handed
+    /// over to other replicas, and the server stops gracefully.
     pub async fn run_until_signalled(self) -> std::io::Result<()> {
         let handle = self.server.handle();
         let shutdown = self.shutdown;
         let engine = self.state.engine.clone();
+        let drain_delay = self.drain_delay;
         tokio::spawn(async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -325,9 +330,13 @@ impl Application {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
             }
-            tracing::info!("shutting down: handing running turns over, closing event streams");
-            engine.stop(HANDOFF_GRACE).await;
+            // Not ready from now on, and event streams end with a hint to reconnect soon (new
+            // ones are refused with 503 `replica-draining`, which a proxy retries elsewhere);
+            // running turns are handed to other replicas; requests in flight finish.
+            tracing::info!("shutting down: closing event streams, handing running turns over");
             let _ = shutdown.send(true);
+            engine.stop(HANDOFF_GRACE).await;
+            tokio::time::sleep(drain_delay).await;
             handle.stop(true).await;
         });
         self.server.await

@@ -67,6 +67,8 @@ pub enum Code {
     StreamQuota,
     /// The event store is out of memory: nothing can be written until space is freed.
     StoreFull,
+    /// This replica is stopping: it opens no new event stream and is not ready.
+    ReplicaDraining,
     /// An answer names an option id the question does not offer.
     UnknownOption,
     /// A known path asked with a method it does not take; `Allow` lists the ones it does.
@@ -111,7 +113,7 @@ impl Code {
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             InvalidBody | OwnerNotFound | UnknownLabel | UnknownOption | TextNotAllowed
             | EmptyAnswer | InvalidForkPoint | TooManySessions => StatusCode::UNPROCESSABLE_ENTITY,
-            WriteContention | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            WriteContention | StoreUnavailable | ReplicaDraining => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized | TokenExpired => StatusCode::UNAUTHORIZED,
             InsufficientScope | CorsRefused => StatusCode::FORBIDDEN,
             RateLimited | SessionQuota | TurnQuota | ProviderCallQuota | StreamQuota

@@ -69,6 +69,24 @@ pub struct AppState {
 pub type State = web::Data<AppState>;
 
 impl AppState {
+    /// Whether this replica is stopping (SIGTERM): not ready, and it opens no new stream.
+    pub fn draining(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Refuses what a stopping replica no longer starts (an event stream): 503, retry now
+    /// elsewhere.
+    pub fn refuse_if_draining(&self) -> Result<(), ApiError> {
+        if self.draining() {
+            return Err(ApiError::new(
+                Code::ReplicaDraining,
+                "this replica is stopping; reconnect to another one",
+            )
+            .retry_after(1));
+        }
+        Ok(())
+    }
+
     /// The terms a new session of `tenant` is created under: its retention is the tenant's own
     /// (`dsh-plan tenants set --retention`) or the server's `DSH_RETENTION`.
     pub async fn session_terms(&self, tenant: Option<TenantId>) -> Result<SessionTerms, ApiError> {

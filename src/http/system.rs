@@ -118,7 +118,8 @@ pub async fn healthz() -> Json<Health> {
 ///
 /// A full store (Redis at its `maxmemory`,
 /// where writes answer 507) is reported as 503 with the problem `code` `store-full`, until space
-/// is freed; reads keep working meanwhile.
+/// is freed; reads keep working meanwhile. A replica that is stopping (SIGTERM) answers 503
+/// `replica-draining` until it exits.
 #[utoipa::path(
     tag = "system",
     operation_id = "getReadiness",
@@ -127,6 +128,7 @@ pub async fn healthz() -> Json<Health> {
 )]
 #[get("/readyz")]
 pub async fn readyz(state: State) -> Result<actix_web::HttpResponse, ApiError> {
+    state.refuse_if_draining()?;
     state.sessions.ping().await?;
     if state.sessions.store_full().await? {
         return Ok(store_full());

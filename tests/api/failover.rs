@@ -16,8 +16,19 @@ pub struct Replica {
 }
 
 pub async fn spawn_process(redis: &TestRedis, id: &str, token_delay_ms: u64) -> Replica {
+    spawn_process_with(redis, id, token_delay_ms, &[]).await
+}
+
+/// [`spawn_process`] with more environment variables.
+pub async fn spawn_process_with(
+    redis: &TestRedis,
+    id: &str,
+    token_delay_ms: u64,
+    env: &[(&str, &str)],
+) -> Replica {
     let port = free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh-plan"));
+    cmd.envs(env.iter().copied());
     cmd.env("REDIS_URL", &redis.url)
         .env("DSH_KEY_PREFIX", &redis.prefix)
         .env("DSH_BIND", format!("127.0.0.1:{port}"))
@@ -246,6 +257,46 @@ async fn sigterm_ends_event_streams_so_clients_reconnect_elsewhere() {
         started.elapsed() < Duration::from_secs(4),
         "ended promptly: {:?}",
         started.elapsed()
+    );
+    assert!(
+        (250..=1000).contains(&sub.retry_ms()),
+        "the stream's last words ask for a prompt reconnect: retry {} ms",
+        sub.retry_ms()
+    );
+    let status = a.child.wait().unwrap();
+    assert!(status.success(), "a graceful exit: {status:?}");
+}
+
+#[tokio::test]
+async fn a_draining_replica_is_not_ready_and_opens_no_stream_but_still_serves_writes() {
+    let redis = TestRedis::start().await;
+    // A drain window long enough to look at what the replica answers meanwhile.
+    let mut a = spawn_process_with(&redis, "a", 1, &[("DSH_DRAIN_DELAY_MS", "3000")]).await;
+    let sid = a.app.create_session().await;
+    let mut sub =
+        crate::sse::SseClient::connect(&a.app.url(&format!("/v1/sessions/{sid}/events")), None)
+            .await;
+    sub.until("the first event", |f| f.event == "session/created")
+        .await;
+    unsafe {
+        libc::kill(a.child.id() as i32, libc::SIGTERM);
+    }
+    // The open stream ends with its reconnect hint: the drain has begun.
+    sub.drain().await;
+    assert!(*sub.ended.borrow());
+    let detail = a
+        .app
+        .get("/readyz")
+        .await
+        .assert_problem(503, "replica-draining");
+    assert!(detail.contains("stopping"), "{detail}");
+    let stream = a.app.get(&format!("/v1/sessions/{sid}/events")).await;
+    stream.assert_problem(503, "replica-draining");
+    assert_eq!(stream.retry_after.as_deref(), Some("1"));
+    // Requests other than new streams are still served until it stops accepting.
+    assert_eq!(
+        a.app.set_plan(&sid, "main", true).await.ok()["outcome"],
+        "committed"
     );
     let status = a.child.wait().unwrap();
     assert!(status.success(), "a graceful exit: {status:?}");

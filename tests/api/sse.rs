@@ -21,6 +21,8 @@ pub struct SseClient {
     pub last_id: Option<String>,
     /// Every frame handed to the test so far.
     seen: Vec<Frame>,
+    /// The last `retry:` the server sent (ms), 0 before any.
+    retry: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SseClient {
@@ -50,6 +52,8 @@ impl SseClient {
         );
         let (tx, rx) = mpsc::unbounded_channel();
         let (ended_tx, ended) = tokio::sync::watch::channel(false);
+        let retry = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let retry_seen = retry.clone();
         tokio::spawn(async move {
             let mut body = res.bytes_stream();
             let mut buf = String::new();
@@ -57,6 +61,10 @@ impl SseClient {
                 buf.push_str(&String::from_utf8_lossy(&chunk));
                 while let Some(end) = buf.find("\n\n") {
                     let raw: String = buf.drain(..end + 2).collect();
+                    let hint = raw.lines().find_map(|l| l.strip_prefix("retry: "));
+                    if let Some(ms) = hint.and_then(|v| v.trim().parse().ok()) {
+                        retry_seen.store(ms, std::sync::atomic::Ordering::SeqCst);
+                    }
                     if let Some(frame) = parse(&raw) {
                         if tx.send(frame).is_err() {
                             return;
@@ -71,7 +79,13 @@ impl SseClient {
             ended,
             last_id: last_event_id.map(str::to_owned),
             seen: Vec::new(),
+            retry,
         }
+    }
+
+    /// The last `retry:` hint the server sent, in ms (0 before any).
+    pub fn retry_ms(&self) -> u64 {
+        self.retry.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The next frame, or `None` when the stream ended or nothing came within `wait`.

@@ -56,7 +56,8 @@ export interface paths {
          * Readiness: the event store answers and has room.
          * @description A full store (Redis at its `maxmemory`,
          *     where writes answer 507) is reported as 503 with the problem `code` `store-full`, until space
-         *     is freed; reads keep working meanwhile.
+         *     is freed; reads keep working meanwhile. A replica that is stopping (SIGTERM) answers 503
+         *     `replica-draining` until it exits.
          */
         get: operations["getReadiness"];
         put?: never;
@@ -824,7 +825,7 @@ export interface components {
          * @description Stable machine-readable error codes.
          * @enum {string}
          */
-        Code: "malformed-json" | "invalid-body" | "payload-too-large" | "unsupported-media-type" | "invalid-id" | "invalid-query" | "not-found" | "session-not-found" | "agent-not-found" | "owner-not-found" | "question-not-found" | "question-closed" | "unknown-label" | "text-not-allowed" | "empty-answer" | "unknown-command" | "not-a-command" | "turn-running" | "agent-limit" | "invalid-fork-point" | "provider-failed" | "feature-disabled" | "write-contention" | "store-unavailable" | "unauthorized" | "token-expired" | "insufficient-scope" | "cors-refused" | "rate-limited" | "session-quota" | "turn-quota" | "provider-call-quota" | "stream-quota" | "store-full" | "unknown-option" | "method-not-allowed" | "cursor-out-of-range" | "too-many-sessions" | "invalid-idempotency-key" | "idempotency-key-reused" | "idempotency-key-in-use" | "idempotency-key-quota" | "already-applied" | "log-corrupt" | "internal";
+        Code: "malformed-json" | "invalid-body" | "payload-too-large" | "unsupported-media-type" | "invalid-id" | "invalid-query" | "not-found" | "session-not-found" | "agent-not-found" | "owner-not-found" | "question-not-found" | "question-closed" | "unknown-label" | "text-not-allowed" | "empty-answer" | "unknown-command" | "not-a-command" | "turn-running" | "agent-limit" | "invalid-fork-point" | "provider-failed" | "feature-disabled" | "write-contention" | "store-unavailable" | "unauthorized" | "token-expired" | "insufficient-scope" | "cors-refused" | "rate-limited" | "session-quota" | "turn-quota" | "provider-call-quota" | "stream-quota" | "store-full" | "replica-draining" | "unknown-option" | "method-not-allowed" | "cursor-out-of-range" | "too-many-sessions" | "invalid-idempotency-key" | "idempotency-key-reused" | "idempotency-key-in-use" | "idempotency-key-quota" | "already-applied" | "log-corrupt" | "internal";
         CommandList: {
             commands: components["schemas"]["CommandSpec"][];
         };
@@ -2377,6 +2378,7 @@ export interface operations {
              *
              *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
              *     - `store-full`: The event store is full: nothing can be recorded until an operator frees space (reads keep working).
+             *     - `replica-draining`: This replica is stopping: it opens no new event stream. Retry (a load balancer retries another replica) after `Retry-After`.
              */
             503: {
                 headers: {
@@ -2387,7 +2389,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "store-unavailable" | "store-full";
+                        code?: "store-unavailable" | "store-full" | "replica-draining";
                     };
                 };
             };
@@ -2635,6 +2637,7 @@ export interface operations {
              *
              *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
              *     - `write-contention`: The session changed under this request more often than it retries: retry (`Retry-After`).
+             *     - `replica-draining`: This replica is stopping: it opens no new event stream. Retry (a load balancer retries another replica) after `Retry-After`.
              */
             503: {
                 headers: {
@@ -2647,7 +2650,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "store-unavailable" | "write-contention";
+                        code?: "store-unavailable" | "write-contention" | "replica-draining";
                     };
                 };
             };
@@ -5841,6 +5844,7 @@ export interface operations {
              *
              *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
              *     - `write-contention`: The session changed under this request more often than it retries: retry (`Retry-After`).
+             *     - `replica-draining`: This replica is stopping: it opens no new event stream. Retry (a load balancer retries another replica) after `Retry-After`.
              */
             503: {
                 headers: {
@@ -5853,7 +5857,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "store-unavailable" | "write-contention";
+                        code?: "store-unavailable" | "write-contention" | "replica-draining";
                     };
                 };
             };

@@ -379,6 +379,7 @@ pub async fn many_events(
     req: HttpRequest,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    state.refuse_if_draining()?;
     let max = state.stream_max_sessions;
     let mut cursor = presented_cursor(&req, &query)
         .map(|raw| Cursor::parse(raw, max))

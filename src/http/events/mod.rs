@@ -127,6 +127,7 @@ pub async fn events(
     path: web::Path<String>,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    state.refuse_if_draining()?;
     let sid = session_id(&path)?;
     if query.sessions.is_some() {
         return Err(ApiError::new(

@@ -234,7 +234,15 @@ impl Sse {
                 },
                 _ = self.heartbeat.tick() => return Some(Bytes::from_static(HEARTBEAT.as_bytes())),
                 _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => self.done = true,
-                _ = self.shutdown.changed() => self.done = true,
+                _ = self.shutdown.changed() => {
+                    // The last frame: reconnect soon (spread over a second, so a replica's
+                    // clients do not all land on the next one at once) with Last-Event-ID.
+                    self.done = true;
+                    return Some(Bytes::from(format!(
+                        "retry: {}\n: this replica is stopping; reconnect with Last-Event-ID\n\n",
+                        reconnect_after_ms(&self.label)
+                    )));
+                }
                 _ = async {
                     match self.credential.as_mut() {
                         Some((_, _, every)) => { every.tick().await; }
@@ -266,6 +274,13 @@ impl Sse {
             .insert_header(("X-Accel-Buffering", "no"))
             .streaming(body)
     }
+}
+
+/// How long a client of a stopping replica waits before it reconnects: 250-1000 ms, spread by
+/// stream and time so reconnects do not arrive all at once.
+fn reconnect_after_ms(label: &str) -> u64 {
+    use std::hash::BuildHasher;
+    250 + std::collections::hash_map::RandomState::new().hash_one(label) % 751
 }
 
 /// When a stream opened with a browser token must end: at the token's expiry (the client

@@ -177,6 +177,10 @@ pub fn describe(code: Code) -> (&'static str, &'static str) {
             "The event store is full: nothing can be recorded until an operator frees space (reads keep working).",
             "the event store is full: nothing can be recorded until an operator frees space",
         ),
+        ReplicaDraining => (
+            "This replica is stopping: it opens no new event stream. Retry (a load balancer retries another replica) after `Retry-After`.",
+            "this replica is stopping; reconnect to another one",
+        ),
         MethodNotAllowed => (
             "The path exists but does not take this method; `Allow` lists the ones it does.",
             "PATCH is not allowed on /v1/sessions/9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e; allowed: GET, DELETE",

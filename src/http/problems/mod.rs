@@ -54,7 +54,10 @@ const PLUGIN: &[Code] = &[FeatureDisabled];
 pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
     ("getStatus", &[]),
     ("getHealth", &[]),
-    ("getReadiness", &[&[StoreUnavailable, StoreFull]]),
+    (
+        "getReadiness",
+        &[&[StoreUnavailable, StoreFull, ReplicaDraining]],
+    ),
     ("getMetrics", &[]),
     ("listTools", &[]),
     ("listCommands", &[]),
@@ -99,7 +102,7 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
             SESSION,
             FOLD,
             QUERY,
-            &[CursorOutOfRange, StreamQuota],
+            &[CursorOutOfRange, StreamQuota, ReplicaDraining],
         ],
     ),
     (
@@ -110,7 +113,12 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
             SESSION,
             FOLD,
             QUERY,
-            &[CursorOutOfRange, TooManySessions, StreamQuota],
+            &[
+                CursorOutOfRange,
+                TooManySessions,
+                StreamQuota,
+                ReplicaDraining,
+            ],
         ],
     ),
     (
