@@ -118,6 +118,13 @@ async fn main() {
             .unwrap();
         sids.push(created["id"].as_str().unwrap().to_owned());
     }
+    // `SSE_BENCH_WARM=1`: the subscribing replica has read every session before (its fold
+    // cache holds them), so the figure is what the subscriptions alone cost.
+    if std::env::var("SSE_BENCH_WARM").is_ok_and(|v| v == "1") {
+        for sid in &sids {
+            let _ = http.get(format!("{sub_url}/v1/sessions/{sid}")).send().await;
+        }
+    }
     let rss_before = rss_kb(pid);
 
     let seen: Deliveries = Arc::default();

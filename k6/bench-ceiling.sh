@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Group commit against the ceiling: `PUT …/plan` toggling from 64 connections on one hot
+# session and spread over 256 sessions, measured side by side in the same run against dsh-plan
+# and against examples/xadd_ceiling.rs (a bare actix + XADD server), and dsh-plan's share of
+# the ceiling. Starts its own redis-server (or uses REDIS_URL, e.g. a cluster's
+# `redis+cluster://…`) and both servers on free loopback ports; stops everything.
+#
+#   bash k6/bench-ceiling.sh
+#   DURATION=20s CONNECTIONS=64 bash k6/bench-ceiling.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+SPREAD=${SPREAD:-256}
+WORKERS=${WORKERS:-2}
+
+. k6/common.sh
+need wrk wrk
+cargo build --release -q --bin dsh-plan --example xadd_ceiling
+if [ -z "${REDIS_URL:-}" ]; then
+  start_redis
+  export REDIS_URL=redis://127.0.0.1:$RPORT
+fi
+
+DPORT=$(free_port)
+RUST_LOG=warn DSH_BIND=127.0.0.1:$DPORT DSH_WORKERS=$WORKERS target/release/dsh-plan &
+pids+=($!)
+CPORT=$(free_port)
+BIND=127.0.0.1:$CPORT WORKERS=$WORKERS target/release/examples/xadd_ceiling &
+pids+=($!)
+DSH=http://127.0.0.1:$DPORT
+CEIL=http://127.0.0.1:$CPORT
+until curl -sf "$DSH/readyz" >/dev/null; do sleep 0.05; done
+until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
+
+new_session() { curl -sf -XPOST -H 'content-type: application/json' "$DSH/v1/sessions" | python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'; }
+rps() { # base sessions
+  SESSIONS=$2 MODE=put wrk -t2 -c"$CONNECTIONS" -d"$DURATION" -s k6/wrk/plan.lua "$1" \
+    | awk '/Requests\/sec/ {print int($2)}'
+}
+
+ONE=$(new_session)
+MANY=$(for _ in $(seq "$SPREAD"); do new_session; done | paste -sd, -)
+echo "| load ($CONNECTIONS connections, $DURATION, PUT plan toggling) | dsh-plan req/s | bare actix + XADD req/s | share |"
+echo "|---|---|---|---|"
+for what in one many; do
+  if [ $what = one ]; then sessions=$ONE; label="one hot session"; else sessions=$MANY; label="$SPREAD sessions"; fi
+  d=$(rps "$DSH" "$sessions")
+  c=$(rps "$CEIL" "$sessions")
+  echo "| $label | $d | $c | $(python3 -c "print(f'{$d / max($c, 1):.2f}')") |"
+done
