@@ -395,3 +395,219 @@ fn fail(jobs: Vec<Job>, error: ServiceError) -> Vec<Job> {
     }
     Vec::new()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures_util::future::{join_all, BoxFuture};
+
+    use super::*;
+    use crate::domain::{AgentId, SessionTerms};
+    use crate::store::memory::MemoryLog;
+    use crate::store::{Anchor, EventLog, StoreResult};
+
+    /// A memory log that counts the compare-and-appends it is asked for.
+    #[derive(Default)]
+    struct Counting {
+        log: MemoryLog,
+        appends: AtomicUsize,
+    }
+
+    impl EventLog for Counting {
+        fn kind(&self) -> &'static str {
+            "memory"
+        }
+        fn read<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            after: u64,
+            limit: usize,
+        ) -> BoxFuture<'a, StoreResult<Vec<Recorded>>> {
+            self.log.read(sid, after, limit)
+        }
+        fn read_after<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            anchor: Anchor,
+            limit: usize,
+        ) -> BoxFuture<'a, StoreResult<Option<Vec<Recorded>>>> {
+            self.log.read_after(sid, anchor, limit)
+        }
+        fn append<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            expected: Anchor,
+            events: &'a [NewEvent],
+            ttl_ms: u64,
+        ) -> BoxFuture<'a, StoreResult<Append>> {
+            self.appends.fetch_add(1, Ordering::SeqCst);
+            self.log.append(sid, expected, events, ttl_ms)
+        }
+        fn append_once<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            expected: Anchor,
+            events: &'a [NewEvent],
+            ttl_ms: u64,
+            mark: &'a crate::store::Mark,
+        ) -> BoxFuture<'a, StoreResult<Append>> {
+            self.appends.fetch_add(1, Ordering::SeqCst);
+            self.log.append_once(sid, expected, events, ttl_ms, mark)
+        }
+        fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
+            self.log.ping()
+        }
+        fn full(&self) -> BoxFuture<'_, StoreResult<bool>> {
+            self.log.full()
+        }
+        fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>> {
+            self.log.trim(sid, keep_from)
+        }
+        fn delete<'a>(&'a self, sid: &'a SessionId) -> BoxFuture<'a, StoreResult<bool>> {
+            self.log.delete(sid)
+        }
+    }
+
+    impl Counting {
+        fn appends(&self) -> usize {
+            self.appends.load(Ordering::SeqCst)
+        }
+    }
+
+    /// Flips the root agent's plan mode; its value is the seq and the mode it decided on.
+    fn flip(s: &SessionState) -> Result<((u64, bool), Vec<NewEvent>), DomainError> {
+        let main = AgentId::root();
+        let active = s.agent(&main)?.plan.view().active;
+        let (_, events) = s.decide_set_plan(&main, !active)?;
+        Ok(((s.seq, active), events))
+    }
+
+    async fn session(sessions: &Sessions) -> (SessionId, u64) {
+        let (sid, state) = sessions
+            .create(None, None, SessionTerms::default())
+            .await
+            .unwrap();
+        (sid, state.seq)
+    }
+
+    /// Checks that `decided` are `n` flips made one after the other from seq `base`, each
+    /// answered with its own record and the state right after it.
+    fn made_in_order(decided: Vec<Result<Decided<(u64, bool)>, ServiceError>>, base: u64) {
+        let main = AgentId::root();
+        for (i, d) in decided.into_iter().enumerate() {
+            let d = d.unwrap_or_else(|e| panic!("decision {i} failed: {e}"));
+            let seq = base + i as u64;
+            assert_eq!(d.value, (seq, i % 2 == 1), "decision {i} saw the ones before it");
+            assert_eq!(d.events.len(), 1, "decision {i} gets its own record");
+            assert_eq!(d.events[0].seq(), seq + 1);
+            assert_eq!(d.state.seq, seq + 1, "decision {i} gets the state after it");
+            assert_eq!(d.state.tail_ts, d.events[0].committed_at);
+            assert_eq!(d.state.agent(&main).unwrap().plan.view().active, i % 2 == 0);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_decisions_share_commits_and_each_gets_its_own_outcome_in_order() {
+        let log = Arc::new(Counting::default());
+        let sessions = Arc::new(Sessions::new(log.clone()));
+        let (sid, base) = session(&sessions).await;
+        let before = log.appends();
+
+        // Polled in order, so they are queued in order.
+        let decided = join_all((0..50).map(|_| sessions.decide(&sid, flip))).await;
+
+        made_in_order(decided, base);
+        let appends = log.appends() - before;
+        assert!(appends <= 5, "50 decisions took {appends} appends");
+        let state = sessions.state(&sid).await.unwrap();
+        assert_eq!(state.seq, base + 50, "every decision was committed once");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_in_a_batch_leaves_the_others_to_commit() {
+        let log = Arc::new(Counting::default());
+        let sessions = Arc::new(Sessions::new(log.clone()));
+        let (sid, base) = session(&sessions).await;
+        let before = log.appends();
+
+        let ghost = |s: &SessionState| {
+            s.decide_set_plan(&AgentId::parse("ghost").unwrap(), true)
+                .map(|(_, events)| ((s.seq, false), events))
+        };
+        let decisions = (0..10).map(|i| {
+            let sessions = sessions.clone();
+            let sid = sid.clone();
+            async move {
+                match i {
+                    4 => sessions.decide(&sid, ghost).await,
+                    _ => sessions.decide(&sid, flip).await,
+                }
+            }
+        });
+        let mut decided = join_all(decisions).await;
+
+        let refused = decided.remove(4);
+        assert!(
+            matches!(
+                refused,
+                Err(ServiceError::Domain(DomainError::AgentNotFound(_)))
+            ),
+            "the refusal is its decision's answer"
+        );
+        made_in_order(decided, base);
+        assert_eq!(log.appends() - before, 1, "one commit for the batch");
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_meets_another_replicas_write_is_made_again_whole() {
+        let log = Arc::new(Counting::default());
+        let here = Arc::new(Sessions::new(log.clone()));
+        let there = Arc::new(Sessions::new(log.clone()));
+        let (sid, base) = session(&here).await;
+        here.state(&sid).await.unwrap();
+        // Another replica writes: this one's fold is behind now.
+        there.decide(&sid, flip).await.unwrap();
+        let before = log.appends();
+
+        let decided = join_all((0..10).map(|_| here.decide(&sid, flip))).await;
+
+        // Each made again on the newer state: the first sees the other replica's flip.
+        let main = AgentId::root();
+        for (i, d) in decided.into_iter().enumerate() {
+            let d = d.unwrap();
+            let seq = base + 1 + i as u64;
+            assert_eq!(d.value, (seq, i % 2 == 0));
+            assert_eq!(d.events[0].seq(), seq + 1);
+            assert_eq!(d.state.agent(&main).unwrap().plan.view().active, i % 2 == 1);
+        }
+        assert_eq!(log.appends() - before, 2, "one conflict, then one commit");
+    }
+
+    #[tokio::test]
+    async fn a_decision_that_panics_panics_its_caller_alone() {
+        let sessions = Arc::new(Sessions::new(Arc::new(MemoryLog::default())));
+        let (sid, base) = session(&sessions).await;
+        let bug = |_: &SessionState| -> Result<((u64, bool), Vec<NewEvent>), DomainError> {
+            panic!("a bug")
+        };
+        let decisions = (0..3).map(|i| {
+            let sessions = sessions.clone();
+            let sid = sid.clone();
+            tokio::spawn(async move {
+                match i {
+                    1 => sessions.decide(&sid, bug).await,
+                    _ => sessions.decide(&sid, flip).await,
+                }
+            })
+        });
+        let mut decided = join_all(decisions).await;
+        assert!(decided.remove(1).is_err_and(|e| e.is_panic()));
+        let mut decided: Vec<_> = decided.into_iter().map(Result::unwrap).collect();
+        decided.sort_by_key(|d| d.as_ref().map_or(0, |d| d.value.0));
+        made_in_order(decided, base);
+        // The session's runner carries on.
+        let next = sessions.decide(&sid, flip).await.unwrap();
+        assert_eq!(next.state.seq, base + 3);
+    }
+}
