@@ -610,4 +610,32 @@ mod tests {
         let next = sessions.decide(&sid, flip).await.unwrap();
         assert_eq!(next.state.seq, base + 3);
     }
+
+    #[tokio::test]
+    async fn a_keyed_decision_is_committed_alone_and_its_retry_rebuilt() {
+        use crate::service::idempotency;
+        let log = Arc::new(Counting::default());
+        let sessions = Arc::new(Sessions::new(log.clone()));
+        let (sid, base) = session(&sessions).await;
+        let before = log.appends();
+
+        let first = Arc::new(KeyedRequest::new("n1".into()));
+        let (a, keyed, c) = tokio::join!(
+            sessions.decide(&sid, flip),
+            idempotency::run(first.clone(), sessions.decide(&sid, flip)),
+            sessions.decide(&sid, flip),
+        );
+
+        let keyed = keyed.unwrap();
+        made_in_order(vec![a, Ok(keyed), c], base);
+        assert_eq!(log.appends() - before, 3, "the keyed decision's commit carries only it");
+        assert!(!first.replayed());
+        let retry = Arc::new(KeyedRequest::new("n1".into()));
+        let again = idempotency::run(retry.clone(), sessions.decide(&sid, flip));
+        let again = again.await.unwrap();
+        assert!(retry.replayed(), "the retry met the first attempt's commit");
+        assert_eq!(again.value, (base + 1, true));
+        assert_eq!(again.events[0].seq(), base + 2);
+        assert_eq!(sessions.state(&sid).await.unwrap().seq, base + 3);
+    }
 }
