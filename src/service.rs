@@ -264,10 +264,13 @@ impl Sessions {
             reply,
         };
         self.enqueue(sid, job);
-        // The runner answers every decision it takes, and leaves none behind (see `group`).
-        let answer = answer
-            .await
-            .unwrap_or_else(|_| panic!("the commit runner of session {sid} stopped"));
+        // The runner answers every decision it takes; it drops them unanswered only if it dies
+        // (its runtime shutting down, or a bug outside the decisions).
+        let Ok(answer) = answer.await else {
+            return Err(ServiceError::Store(StoreError::Unavailable(
+                "the commit was abandoned: the replica is stopping".into(),
+            )));
+        };
         match answer {
             group::Answer::Decided(d) => {
                 let value = d.value.downcast::<T>().unwrap_or_else(|_| {
