@@ -41,23 +41,22 @@ impl Engine {
                 Next::Wait => return Ok(Exit::Waiting),
                 Next::End { .. } => {
                     let on = t.clone();
-                    let d = self.sessions.decide(&t.sid, move |s| {
-                        s.decide_finish(&on.agent, &on.turn, rules)
-                    });
+                    let d = self
+                        .sessions
+                        .decide(&t.sid, move |s| s.decide_finish(&on.agent, &on.turn, rules));
                     d.await?.state
                 }
                 Next::RunTool(_) => {
                     let on = t.clone();
-                    let d = self.sessions.decide(&t.sid, move |s| {
-                        s.decide_tool(&on.agent, &on.turn, rules)
-                    });
+                    let d = self
+                        .sessions
+                        .decide(&t.sid, move |s| s.decide_tool(&on.agent, &on.turn, rules));
                     d.await?.state
                 }
                 Next::NewStep { step } => {
                     let (prompting, tools) = (self.prompting.clone(), self.tools.clone());
-                    let frame = move |active: bool, messages: &_| {
-                        prompting.frame(active, messages, &tools)
-                    };
+                    let frame =
+                        move |active: bool, messages: &_| prompting.frame(active, messages, &tools);
                     let (on, replica) = (t.clone(), self.replica.clone());
                     let d = self.sessions.decide(&t.sid, move |s| {
                         s.decide_step(&on.agent, &on.turn, step, rules, &replica, &frame)

@@ -371,7 +371,9 @@ fn make(base: &Arc<SessionState>, jobs: &[Job]) -> Batch {
         }
         let start = batch.events.len();
         batch.events.extend(events);
-        batch.made.push(Made::Value(value, start..batch.events.len()));
+        batch
+            .made
+            .push(Made::Value(value, start..batch.events.len()));
     }
     batch
 }
@@ -461,7 +463,11 @@ mod tests {
         fn full(&self) -> BoxFuture<'_, StoreResult<bool>> {
             self.log.full()
         }
-        fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>> {
+        fn trim<'a>(
+            &'a self,
+            sid: &'a SessionId,
+            keep_from: u64,
+        ) -> BoxFuture<'a, StoreResult<()>> {
             self.log.trim(sid, keep_from)
         }
         fn delete<'a>(&'a self, sid: &'a SessionId) -> BoxFuture<'a, StoreResult<bool>> {
@@ -498,7 +504,11 @@ mod tests {
         for (i, d) in decided.into_iter().enumerate() {
             let d = d.unwrap_or_else(|e| panic!("decision {i} failed: {e}"));
             let seq = base + i as u64;
-            assert_eq!(d.value, (seq, i % 2 == 1), "decision {i} saw the ones before it");
+            assert_eq!(
+                d.value,
+                (seq, i % 2 == 1),
+                "decision {i} saw the ones before it"
+            );
             assert_eq!(d.events.len(), 1, "decision {i} gets its own record");
             assert_eq!(d.events[0].seq(), seq + 1);
             assert_eq!(d.state.seq, seq + 1, "decision {i} gets the state after it");
@@ -628,7 +638,11 @@ mod tests {
 
         let keyed = keyed.unwrap();
         made_in_order(vec![a, Ok(keyed), c], base);
-        assert_eq!(log.appends() - before, 3, "the keyed decision's commit carries only it");
+        assert_eq!(
+            log.appends() - before,
+            3,
+            "the keyed decision's commit carries only it"
+        );
         assert!(!first.replayed());
         let retry = Arc::new(KeyedRequest::new("n1".into()));
         let again = idempotency::run(retry.clone(), sessions.decide(&sid, flip));
