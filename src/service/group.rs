@@ -76,7 +76,10 @@ pub(super) enum Answer {
 
 /// The decisions waiting on each session that has a runner (a session is here exactly while
 /// its runner runs).
-pub(super) struct Queues(Box<[Mutex<HashMap<SessionId, VecDeque<Job>>>]>);
+pub(super) struct Queues(Box<[Mutex<Waiting>]>);
+
+/// One shard of [`Queues`].
+type Waiting = HashMap<SessionId, VecDeque<Job>>;
 
 impl Default for Queues {
     fn default() -> Self {
@@ -85,7 +88,7 @@ impl Default for Queues {
 }
 
 impl Queues {
-    fn of(&self, sid: &SessionId) -> MutexGuard<'_, HashMap<SessionId, VecDeque<Job>>> {
+    fn of(&self, sid: &SessionId) -> MutexGuard<'_, Waiting> {
         let m = &self.0[shard(sid, self.0.len())];
         m.lock().unwrap_or_else(|p| p.into_inner())
     }
