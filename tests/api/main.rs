@@ -15,6 +15,7 @@ mod deltas;
 mod errors;
 mod failover;
 mod frames;
+mod group;
 mod guard;
 mod head;
 mod idempotency;
