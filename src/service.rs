@@ -6,8 +6,8 @@
 //! folded entry, so a log that Redis lost or replaced is noticed and folded again), and a
 //! decision is committed only if the log still ends at the seq the decision saw. On a conflict the store
 //! hands back the missed events, the decision is made again on the newer state, and the cache
-//! learns them. Decisions on one session are also serialized within a replica, so contention
-//! costs retries only across replicas.
+//! learns them. Concurrent decisions on one session within a replica share one commit, made
+//! in arrival order (see [`group`]), so contention costs retries only across replicas.
 //!
 //! Every commit keeps the session for its retention (`SessionTerms::retention_ms`, folded from
 //! its creation) from then on. A session that is deleted or expires is noticed like a lost log:
@@ -29,6 +29,7 @@ use crate::store::{Anchor, Append, EventLog, StoreError};
 
 mod listing;
 pub use listing::{SessionSummary, SessionsPage};
+mod group;
 pub mod idempotency;
 mod replay;
 
@@ -77,7 +78,7 @@ fn fold_cache() -> FoldCache {
     Cache::with_options(options, ByBytes, Default::default(), Default::default())
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ServiceError {
     #[error("session `{0}` does not exist")]
     SessionNotFound(SessionId),
@@ -115,7 +116,10 @@ pub struct Decided<T> {
 pub struct Sessions {
     log: Arc<dyn EventLog>,
     cache: FoldCache,
+    /// Serializes a session's commits with its deletion.
     locks: Box<[tokio::sync::Mutex<()>]>,
+    /// Decisions waiting for their session's next commit ([`group`]).
+    queues: group::Queues,
     /// The tenants' session quotas: a new session is admitted before it is created, and its
     /// expiry in the count follows its writes.
     limits: Option<Arc<Limits>>,
@@ -129,6 +133,7 @@ impl Sessions {
             locks: (0..LOCK_SHARDS)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            queues: group::Queues::default(),
             limits: None,
         }
     }
@@ -214,92 +219,75 @@ impl Sessions {
             next.evolve(e)?;
         }
         let next = Arc::new(next);
-        if next.exists() && self.cache.get(sid).is_none_or(|c| c.seq < next.seq) {
-            self.cache.insert(sid.clone(), next.clone());
-        }
+        self.remember(sid, next.clone());
         Ok(next)
     }
 
+    /// Caches `state` unless the cache holds a newer fold.
+    fn remember(&self, sid: &SessionId, state: Arc<SessionState>) {
+        if state.exists() && self.cache.get(sid).is_none_or(|c| c.seq < state.seq) {
+            self.cache.insert(sid.clone(), state);
+        }
+    }
+
     fn lock(&self, sid: &SessionId) -> &tokio::sync::Mutex<()> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        sid.hash(&mut h);
-        &self.locks[(h.finish() as usize) % self.locks.len()]
+        &self.locks[shard(sid, self.locks.len())]
     }
 
     /// Runs `decide` on the current state and commits its events atomically: if another writer
     /// got there first, `decide` runs again on the newer state. A decision that appends nothing
     /// is still checked against the log's end, so its answer is never based on a stale view.
+    /// Concurrent decisions on one session share one commit ([`group`]): `decide` runs on the
+    /// state the decisions queued before it leave, in arrival order.
     ///
     /// Within a keyed request ([`idempotency`]) the commit carries the request's marker: if an
     /// earlier attempt of the request committed this decision already, nothing is appended and
     /// the earlier result is rebuilt from the log (`decide` run again on the state it saw).
-    pub async fn decide<T>(
-        &self,
+    pub async fn decide<T, F>(
+        self: &Arc<Self>,
         sid: &SessionId,
-        decide: impl Fn(&SessionState) -> Result<(T, Vec<NewEvent>), DomainError>,
-    ) -> Result<Decided<T>, ServiceError> {
-        let _serial = self.lock(sid).lock().await;
-        let keyed = idempotency::current();
-        let mark = keyed.as_ref().map(|k| k.mark());
-        let mut state = match self.cache.get(sid) {
-            Some(s) => s,
-            None => self.catch_up(sid, Arc::default()).await?,
+        decide: F,
+    ) -> Result<Decided<T>, ServiceError>
+    where
+        T: Send + 'static,
+        F: Fn(&SessionState) -> Result<(T, Vec<NewEvent>), DomainError> + Send + Sync + 'static,
+    {
+        let decide = Arc::new(decide);
+        let erased: group::Decide = {
+            let decide = decide.clone();
+            Box::new(move |s| decide(s).map(|(v, events)| (Box::new(v) as group::Value, events)))
         };
-        for _ in 0..MAX_ATTEMPTS {
-            if !state.exists() {
-                return Err(ServiceError::SessionNotFound(sid.clone()));
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = group::Job {
+            decide: erased,
+            keyed: idempotency::current(),
+            reply,
+        };
+        self.enqueue(sid, job);
+        // The runner answers every decision it takes; it drops them unanswered only if it dies
+        // (its runtime shutting down, or a bug outside the decisions).
+        let Ok(answer) = answer.await else {
+            return Err(ServiceError::Store(StoreError::Unavailable(
+                "the commit was abandoned: the replica is stopping".into(),
+            )));
+        };
+        match answer {
+            group::Answer::Decided(d) => {
+                let value = d.value.downcast::<T>().unwrap_or_else(|_| {
+                    unreachable!("a decision's value keeps its type through the queue")
+                });
+                Ok(Decided {
+                    value: *value,
+                    state: d.state,
+                    events: d.events,
+                })
             }
-            // A refusal is only an answer if it was made on the log's current end (a cached
-            // view may be behind, e.g. a question asked on another replica) and, for a keyed
-            // request, if no earlier attempt of it committed: an empty append checks both.
-            let decision = decide(&state);
-            let events = decision.as_ref().map_or(&[][..], |(_, events)| events);
-            let ttl_ms = state.terms.retention_ms;
-            let appended = self
-                .append(sid, anchor(&state), events, ttl_ms, mark.as_ref())
-                .await?;
-            match appended {
-                Append::Committed(recorded) => {
-                    // Made on the log's end, and no earlier attempt committed: a refusal
-                    // stands now.
-                    let (value, _) = decision?;
-                    if let (Some(k), false) = (&keyed, recorded.is_empty()) {
-                        k.committed(false);
-                    }
-                    let state = self.advance(sid, state, &recorded)?;
-                    if let Some(limits) = &self.limits {
-                        let retention = Duration::from_millis(state.terms.retention_ms);
-                        limits.touch_session(state.terms.tenant.as_ref(), sid, retention);
-                    }
-                    return Ok(Decided {
-                        value,
-                        state,
-                        events: recorded,
-                    });
-                }
-                Append::Already { first, last } => {
-                    if let Some(k) = &keyed {
-                        k.committed(true);
-                    }
-                    return self.rebuild(sid, first, last, &decide).await;
-                }
-                Append::Conflict { head, missing } => {
-                    let s = self.advance(sid, state, &missing)?;
-                    state = if s.seq < head {
-                        self.catch_up(sid, s).await?
-                    } else {
-                        s
-                    };
-                }
-                Append::Replaced => {
-                    // The log no longer holds what we folded (Redis lost data): start over.
-                    tracing::warn!(session = %sid, seq = state.seq, "the log no longer holds what this replica folded; folding it again");
-                    self.cache.remove(sid);
-                    state = self.catch_up(sid, Arc::default()).await?;
-                }
+            group::Answer::Already { first, last } => {
+                self.rebuild(sid, first, last, &*decide).await
             }
+            group::Answer::Failed(e) => Err(e),
+            group::Answer::Panicked(p) => std::panic::resume_unwind(p),
         }
-        Err(ServiceError::Contention)
     }
 
     /// Creates a session (with its root agent, or a fork's agents) and returns its id and state.
@@ -439,6 +427,13 @@ impl Sessions {
         }
         Ok(events)
     }
+}
+
+/// Which of `n` shards `sid` falls in.
+fn shard(sid: &SessionId, n: usize) -> usize {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    sid.hash(&mut h);
+    (h.finish() as usize) % n
 }
 
 /// Where a fold stands in its log: what a catch-up reads past and an append expects.

@@ -42,7 +42,7 @@ pub struct SessionState {
     pub bytes: usize,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 #[error("event {at}: {reason}")]
 pub struct FoldError {
     pub at: EventId,
@@ -50,7 +50,7 @@ pub struct FoldError {
 }
 
 /// A request the domain refuses; the HTTP layer maps each to a 4xx.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DomainError {
     #[error("agent `{0}` does not exist in this session")]
     AgentNotFound(AgentId),

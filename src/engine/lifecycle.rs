@@ -91,10 +91,11 @@ impl Engine {
                 }
                 histories.insert(id.clone(), vec![note]);
             }
+            let seen = state.history_seq;
             let decided = self
                 .sessions
-                .decide(sid, |s| {
-                    if s.history_seq != state.history_seq {
+                .decide(sid, move |s| {
+                    if s.history_seq != seen {
                         return Err(DomainError::ChangedDuringCompaction);
                     }
                     s.decide_compact(&summary, &histories)

@@ -65,11 +65,11 @@ pub struct Engine {
     sessions: Arc<Sessions>,
     rules: TurnRules,
     /// The serialized tool list (identical in both plan states).
-    tools: serde_json::Value,
+    tools: Arc<serde_json::Value>,
     leases: Arc<dyn TurnLeases>,
     provider: Arc<dyn ModelClient>,
-    prompting: Prompting,
-    replica: String,
+    prompting: Arc<Prompting>,
+    replica: Arc<str>,
     /// Lease owner token: the replica id plus a per-process nonce.
     owner: String,
     timing: Timing,
@@ -136,11 +136,11 @@ impl Engine {
                 exit_tool: composition.plan_mode.is_some(),
                 questions: composition.questions,
             },
-            tools: assembly::tools(composition.plan_mode.is_some()),
+            tools: Arc::new(assembly::tools(composition.plan_mode.is_some())),
             leases,
             provider,
-            prompting,
-            replica: config.replica,
+            prompting: Arc::new(prompting),
+            replica: config.replica.into(),
             owner,
             timing: config.timing,
             deltas: deltas::Publisher::start(live),
@@ -184,10 +184,11 @@ impl Engine {
         agent: &AgentId,
         text: &str,
     ) -> Result<Prompted, ServiceError> {
+        let (on, text) = (agent.clone(), text.to_owned());
         self.submit(
             sid,
             agent,
-            |s, turn| s.decide_prompt(agent, text, turn),
+            move |s, turn| s.decide_prompt(&on, &text, turn),
             |p| Some(p),
         )
         .await
@@ -196,13 +197,17 @@ impl Engine {
 
     /// Commits a decision that may open turn `<new id>` on `agent` (`opened` says whether it
     /// did), and runs that turn here.
-    pub async fn submit<T>(
+    pub async fn submit<T: Send + 'static>(
         self: &Arc<Self>,
         sid: &SessionId,
         agent: &AgentId,
-        decide: impl Fn(&SessionState, &str) -> Result<(T, Vec<NewEvent>), DomainError>,
+        decide: impl Fn(&SessionState, &str) -> Result<(T, Vec<NewEvent>), DomainError>
+            + Send
+            + Sync
+            + 'static,
         opened: impl Fn(&T) -> Option<&Prompted>,
     ) -> Result<Decided<T>, ServiceError> {
+        let decide = Arc::new(decide);
         // A keyed request's retry draws the same turn id, so it rebuilds the turn its first
         // attempt opened (see `service::idempotency`).
         let turn = match crate::service::idempotency::drawn("turn") {
@@ -235,7 +240,11 @@ impl Engine {
             .acquire(&t.member(), &self.owner, self.ttl_ms())
             .await;
         let decided = match leased {
-            Ok(_) => self.sessions.decide(sid, |s| decide(s, &t.turn)).await,
+            Ok(_) => {
+                let (decide, turn) = (decide.clone(), t.turn.clone());
+                let on_turn = move |s: &SessionState| decide(s, &turn);
+                self.sessions.decide(sid, on_turn).await
+            }
             Err(e) => Err(e.into()),
         };
         let started = decided
@@ -268,7 +277,10 @@ impl Engine {
         self: &Arc<Self>,
         sid: &SessionId,
         qid: &str,
-        decide: impl Fn(&SessionState) -> Result<(AgentId, Vec<NewEvent>), DomainError>,
+        decide: impl Fn(&SessionState) -> Result<(AgentId, Vec<NewEvent>), DomainError>
+            + Send
+            + Sync
+            + 'static,
     ) -> Result<Decided<AgentId>, ServiceError> {
         let state = self.sessions.state(sid).await?;
         let turn = state.questions.get(qid).map(|q| TurnRef {
@@ -305,10 +317,11 @@ impl Engine {
         sid: &SessionId,
         agent: &AgentId,
     ) -> Result<Option<String>, ServiceError> {
+        let agent = agent.clone();
         let done = self
             .sessions
-            .decide(sid, |s| {
-                s.decide_end_turn(agent, None, crate::domain::agent::reason::CANCELLED)
+            .decide(sid, move |s| {
+                s.decide_end_turn(&agent, None, crate::domain::agent::reason::CANCELLED)
             })
             .await?;
         Ok(done.value)

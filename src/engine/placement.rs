@@ -176,8 +176,9 @@ impl Engine {
     /// Ends a turn whose runner failed by a bug (it panicked).
     async fn fail_turn(&self, t: &TurnRef) -> Result<Exit, TurnStop> {
         let failed = crate::domain::agent::reason::FAILED;
+        let (agent, turn) = (t.agent.clone(), t.turn.clone());
         let end =
-            |s: &crate::domain::SessionState| s.decide_end_turn(&t.agent, Some(&t.turn), failed);
+            move |s: &crate::domain::SessionState| s.decide_end_turn(&agent, Some(&turn), failed);
         self.sessions.decide(&t.sid, end).await?;
         Ok(Exit::Closed)
     }

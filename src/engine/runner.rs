@@ -40,23 +40,26 @@ impl Engine {
                 Next::Closed => return Ok(Exit::Closed),
                 Next::Wait => return Ok(Exit::Waiting),
                 Next::End { .. } => {
+                    let on = t.clone();
                     let d = self
                         .sessions
-                        .decide(&t.sid, |s| s.decide_finish(agent, turn, rules));
+                        .decide(&t.sid, move |s| s.decide_finish(&on.agent, &on.turn, rules));
                     d.await?.state
                 }
                 Next::RunTool(_) => {
+                    let on = t.clone();
                     let d = self
                         .sessions
-                        .decide(&t.sid, |s| s.decide_tool(agent, turn, rules));
+                        .decide(&t.sid, move |s| s.decide_tool(&on.agent, &on.turn, rules));
                     d.await?.state
                 }
                 Next::NewStep { step } => {
-                    let frame = |active: bool, messages: &_| {
-                        self.prompting.frame(active, messages, &self.tools)
-                    };
-                    let d = self.sessions.decide(&t.sid, |s| {
-                        s.decide_step(agent, turn, step, rules, &self.replica, &frame)
+                    let (prompting, tools) = (self.prompting.clone(), self.tools.clone());
+                    let frame =
+                        move |active: bool, messages: &_| prompting.frame(active, messages, &tools);
+                    let (on, replica) = (t.clone(), self.replica.clone());
+                    let d = self.sessions.decide(&t.sid, move |s| {
+                        s.decide_step(&on.agent, &on.turn, step, rules, &replica, &frame)
                     });
                     let d = d.await?;
                     match d.value {
@@ -71,8 +74,10 @@ impl Engine {
                     // Only the lease holder retries: a runner that slept through losing its
                     // lease must not take the step back from the replica that adopted it.
                     self.hold_lease(t).await?;
-                    let d = self.sessions.decide(&t.sid, |s| {
-                        s.decide_retry(agent, turn, (step, attempt), rules, &self.replica)
+                    let (on, replica) = (t.clone(), self.replica.clone());
+                    let d = self.sessions.decide(&t.sid, move |s| {
+                        let at = (step, attempt);
+                        s.decide_retry(&on.agent, &on.turn, at, rules, &replica)
                     });
                     let d = d.await?;
                     match d.value {
@@ -103,7 +108,7 @@ impl Engine {
         let request = ModelRequest {
             system: request.system,
             messages: request.messages,
-            tools: self.tools.clone(),
+            tools: (*self.tools).clone(),
         };
         if at.1 > 1 && request.hash() != frozen {
             tracing::error!(%turn, step = at.0, "the rebuilt request differs from the frozen assembly");
@@ -150,16 +155,19 @@ impl Engine {
         let decided = match outcome {
             Ok(Completion { text, tool_calls }) => {
                 self.deltas.flush().await;
-                let d = self.sessions.decide(&t.sid, |s| {
-                    s.decide_model_answer(agent, turn, at, text.clone(), tool_calls.clone())
+                let on = t.clone();
+                let d = self.sessions.decide(&t.sid, move |s| {
+                    let (text, calls) = (text.clone(), tool_calls.clone());
+                    s.decide_model_answer(&on.agent, &on.turn, at, text, calls)
                 });
                 d.await?
             }
             Err(e) => {
                 tracing::warn!(%turn, step = at.0, error = %e, "the provider failed; ending the turn");
+                let on = t.clone();
                 let d = self
                     .sessions
-                    .decide(&t.sid, |s| s.decide_failed(agent, turn, at));
+                    .decide(&t.sid, move |s| s.decide_failed(&on.agent, &on.turn, at));
                 d.await?
             }
         };

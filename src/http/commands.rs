@@ -93,7 +93,10 @@ pub async fn run_command(
         .submit(
             &sid,
             &aid,
-            |s, turn| s.decide_plan_command(&aid, args, turn),
+            {
+                let (aid, args) = (aid.clone(), args.to_owned());
+                move |s, turn| s.decide_plan_command(&aid, &args, turn)
+            },
             |r| r.message.as_ref(),
         )
         .await?;

@@ -85,7 +85,10 @@ pub async fn put_plan(
     let target = body.active;
     let done = state
         .sessions
-        .decide(&sid, |s| s.decide_set_plan(&aid, target))
+        .decide(&sid, {
+            let aid = aid.clone();
+            move |s| s.decide_set_plan(&aid, target)
+        })
         .await?;
     let plan = done
         .state

@@ -227,7 +227,9 @@ pub async fn answer(
         label,
         text,
     };
-    let decide = |s: &crate::domain::SessionState| s.decide_answer(&qid, reply.clone(), by.clone());
+    let id = qid.clone();
+    let decide =
+        move |s: &crate::domain::SessionState| s.decide_answer(&id, reply.clone(), by.clone());
     let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }
@@ -254,7 +256,8 @@ pub async fn dismiss(
     let (sid, qid) = question_ids(&path)?;
     guard_question(&state, &caller, &sid, &qid).await?;
     let by = caller.principal();
-    let decide = |s: &crate::domain::SessionState| s.decide_dismiss(&qid, by.clone());
+    let id = qid.clone();
+    let decide = move |s: &crate::domain::SessionState| s.decide_dismiss(&id, by.clone());
     let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }

@@ -125,7 +125,10 @@ pub async fn spawn_agent(
     let owner = body.0.owner;
     let done = state
         .sessions
-        .decide(&sid, |s| s.decide_spawn(owner.clone(), state.max_agents))
+        .decide(&sid, {
+            let max = state.max_agents;
+            move |s| s.decide_spawn(owner.clone(), max)
+        })
         .await?;
     let view = done
         .state

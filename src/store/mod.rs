@@ -35,7 +35,7 @@ pub use self::requests::{Begin, Mark, RecordTerms, RequestStore, StoredResponse}
 /// How many missed events a conflict reply carries at most; the caller reads the rest.
 pub const CONFLICT_BATCH: usize = 512;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store cannot be reached or did not answer in time; the request may be retried.
     #[error("the event store is unavailable: {0}")]

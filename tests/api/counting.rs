@@ -1,9 +1,12 @@
-//! An event log that counts the events it hands out, to show what a hot path reads.
+//! An event log that counts the events it hands out, to show what a hot path reads, and the
+//! compare-and-appends it is asked for.
 
-/// A log that counts the events it hands out, to show what a hot path reads.
+/// A log that counts the events it hands out, to show what a hot path reads, and the
+/// compare-and-appends it is asked for.
 pub struct CountingLog {
     pub inner: std::sync::Arc<dyn dsh_plan::store::EventLog>,
     pub read: std::sync::atomic::AtomicUsize,
+    pub appends: std::sync::atomic::AtomicUsize,
 }
 
 impl CountingLog {
@@ -14,6 +17,10 @@ impl CountingLog {
     pub fn events_read(&self) -> usize {
         self.read.load(std::sync::atomic::Ordering::SeqCst)
     }
+
+    pub fn appends(&self) -> usize {
+        self.appends.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 mod store {
@@ -22,8 +29,10 @@ mod store {
     use futures_util::future::BoxFuture;
 
     impl super::CountingLog {
-        /// Counts the missed events a conflict hands back.
+        /// Counts the append, and the missed events a conflict hands back.
         fn conflicts(&self, out: Append) -> Append {
+            self.appends
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if let Append::Conflict { missing, .. } = &out {
                 self.count(missing.len());
             }

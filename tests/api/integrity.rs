@@ -331,6 +331,7 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
     let counting = Arc::new(crate::counting::CountingLog {
         inner: log.clone(),
         read: Default::default(),
+        appends: Default::default(),
     });
     let stores = dsh_plan::startup::Stores {
         log: counting.clone(),

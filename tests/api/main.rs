@@ -16,6 +16,7 @@ mod errors;
 mod failover;
 mod fanout;
 mod frames;
+mod group;
 mod guard;
 mod head;
 mod idempotency;
