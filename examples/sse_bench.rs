@@ -122,7 +122,10 @@ async fn main() {
     // cache holds them), so the figure is what the subscriptions alone cost.
     if std::env::var("SSE_BENCH_WARM").is_ok_and(|v| v == "1") {
         for sid in &sids {
-            let _ = http.get(format!("{sub_url}/v1/sessions/{sid}")).send().await;
+            let _ = http
+                .get(format!("{sub_url}/v1/sessions/{sid}"))
+                .send()
+                .await;
         }
     }
     let rss_before = rss_kb(pid);

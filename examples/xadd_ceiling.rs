@@ -26,7 +26,11 @@ impl Conn {
             .arg("agent")
             .arg(agent)
             .arg("data")
-            .arg(if active { r#"{"active":true}"# } else { r#"{"active":false}"# });
+            .arg(if active {
+                r#"{"active":true}"#
+            } else {
+                r#"{"active":false}"#
+            });
         let _: redis::Value = match self.clone() {
             Self::Single(mut c) => c.req_packed_command(&cmd).await?,
             Self::Cluster(mut c) => c.req_packed_command(&cmd).await?,

@@ -34,7 +34,7 @@ const MISS_LOOKUPS: f64 = 5.0;
 type KeyIds = (Arc<HashSet<String>>, Instant);
 
 /// An action a browser token may carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Read the session: its state, log, questions, projections and event stream.
@@ -45,6 +45,23 @@ pub enum Scope {
     Prompt,
     /// Answer or dismiss questions (e.g. approve a plan).
     Answer,
+}
+
+/// Read from its name. (serde_json reports anything but a string where a unit-only enum is
+/// expected, e.g. `[1]`, as a JSON syntax error, which a client would be told is malformed
+/// JSON; reading a string first makes it a body that does not fit, as it is.)
+impl<'de> Deserialize<'de> for Scope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const NAMES: &[&str] = &["read", "plan", "prompt", "answer"];
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "read" => Ok(Self::Read),
+            "plan" => Ok(Self::Plan),
+            "prompt" => Ok(Self::Prompt),
+            "answer" => Ok(Self::Answer),
+            other => Err(serde::de::Error::unknown_variant(other, NAMES)),
+        }
+    }
 }
 
 /// What a request wants to do.

@@ -326,8 +326,18 @@ impl<T: serde::de::DeserializeOwned + Default + 'static> actix_web::FromRequest
             if body.iter().all(u8::is_ascii_whitespace) {
                 return Ok(OptionalJson(T::default()));
             }
+            let value: serde_json::Value = serde_json::from_slice(&body).map_err(json_error)?;
+            // serde reads a struct from an array too (`[]` as "all defaults"): a body is an
+            // object, as the spec says.
+            if !value.is_object() {
+                return Err(ApiError::new(
+                    Code::InvalidBody,
+                    "the request body must be a JSON object",
+                )
+                .into());
+            }
             Ok(OptionalJson(
-                serde_json::from_slice(&body).map_err(json_error)?,
+                serde_json::from_value(value).map_err(json_error)?,
             ))
         })
     }

@@ -90,6 +90,9 @@ pub async fn keyed_writes(
         match state.idempotency.begin(tenant, &key, &print).await {
             Ok(Admission::Run(ticket)) => ticket,
             Ok(Admission::Replay(stored)) => {
+                if let Some(gone) = gone(&state, &req, &stored).await {
+                    return refused(gone);
+                }
                 return Ok(ServiceResponse::new(req.request().clone(), replay(stored)?));
             }
             Ok(Admission::Mismatch) => return refused(ApiError::new(
@@ -230,7 +233,7 @@ fn holder(caller: &Caller) -> String {
 }
 
 /// The body as compared between attempts: JSON with its object keys sorted, its null-valued
-/// members dropped and no spacing, anything else as it is. Every request body reads an absent
+/// members dropped and no spacing (an empty body as `{}`), anything else as it is. Every request body reads an absent
 /// member and a null one alike (`Option` fields), so a client whose serializer writes nulls
 /// sends the same request either way.
 fn canonical(body: &[u8]) -> Vec<u8> {
@@ -244,6 +247,10 @@ fn canonical(body: &[u8]) -> Vec<u8> {
             Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
             other => other,
         }
+    }
+    // An empty body is the empty object: routes whose body is optional read both alike.
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return b"{}".to_vec();
     }
     match serde_json::from_slice::<Value>(body) {
         Ok(v) => serde_json::to_vec(&sorted(v)).unwrap_or_else(|_| body.to_vec()),
@@ -265,6 +272,49 @@ fn kept(headers: &HeaderMap) -> Vec<(String, String)> {
         .flat_map(|name| headers.get_all(name).map(move |v| (name, v)))
         .filter_map(|(name, v)| Some((name.as_str().to_owned(), v.to_str().ok()?.to_owned())))
         .collect()
+}
+
+/// Why a stored answer is no longer replayed: the session it is about (the one in the path,
+/// or the one it created) was deleted or expired since. A retry then hears what the request
+/// would answer now — `session-not-found`, or for a creation `already-applied` — never the
+/// gone session's content. `None`: replay it (also when the check itself fails: a store
+/// outage answers the retry as it would any request).
+async fn gone(
+    state: &web::Data<AppState>,
+    req: &ServiceRequest,
+    stored: &StoredResponse,
+) -> Option<ApiError> {
+    // Middleware runs before routing: the session is read from the path itself.
+    let in_path = req
+        .path()
+        .strip_prefix("/v1/sessions/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|sid| !sid.is_empty());
+    let (sid, created) = match in_path {
+        Some(sid) => (sid.to_owned(), false),
+        None => {
+            let location = stored
+                .headers
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(header::LOCATION.as_str()))?;
+            (location.1.strip_prefix("/v1/sessions/")?.to_owned(), true)
+        }
+    };
+    let sid = crate::domain::SessionId::parse(&sid).ok()?;
+    match state.sessions.state(&sid).await {
+        Err(crate::service::ServiceError::SessionNotFound(_)) if created => Some(ApiError::new(
+            Code::AlreadyApplied,
+            format!(
+                "this request was applied already: it created session `{sid}`, which has been \
+                 deleted or has expired since"
+            ),
+        )),
+        Err(crate::service::ServiceError::SessionNotFound(_)) => Some(ApiError::new(
+            Code::SessionNotFound,
+            format!("session `{sid}` does not exist (it was deleted or expired since this request was answered)"),
+        )),
+        _ => None,
+    }
 }
 
 /// A stored answer, sent again. A problem names the retry in its `instance`, as its

@@ -33,6 +33,22 @@ fn cases(sid: &str) -> Vec<Case> {
             "malformed-json",
         ),
         c(
+            "a scope that is not a string (valid JSON: a body that does not fit)",
+            "POST",
+            &format!("/v1/sessions/{sid}/tokens"),
+            json(r#"{"scopes":[1]}"#),
+            422,
+            "invalid-body",
+        ),
+        c(
+            "an array where the body is an object (serde reads structs from arrays)",
+            "POST",
+            "/v1/sessions",
+            json("[]"),
+            422,
+            "invalid-body",
+        ),
+        c(
             "wrong type",
             "PUT",
             &plan,

@@ -81,6 +81,38 @@ fn messages_path(sid: &str) -> String {
 }
 
 on_both_stores! {
+    async fn a_retry_after_its_session_was_deleted_hears_it_is_gone_not_its_old_answer(app: TestApp) {
+        let sid = app.create_session().await;
+        let plan = format!("/v1/sessions/{sid}/agents/main/plan");
+        let first = keyed(&app, Method::PUT, &plan, "flip-1", json!({"active": true})).await;
+        assert_eq!((first.status, first.replayed), (200, false));
+        let created = keyed(&app, Method::POST, "/v1/sessions", "make-1", json!({})).await;
+        assert_eq!(created.status, 201);
+        let made = created.body["id"].as_str().unwrap().to_owned();
+        for gone in [&sid, &made] {
+            let deleted = app.send(app.client.delete(app.url(&format!("/v1/sessions/{gone}")))).await;
+            assert_eq!(deleted.status, 204);
+        }
+        let again = keyed(&app, Method::PUT, &plan, "flip-1", json!({"active": true})).await;
+        assert_eq!((again.status, again.code.as_deref()), (404, Some("session-not-found")), "{again:?}");
+        assert!(!again.replayed, "nothing of the deleted session is replayed");
+        let again = keyed(&app, Method::POST, "/v1/sessions", "make-1", json!({})).await;
+        assert_eq!((again.status, again.code.as_deref()), (409, Some("already-applied")), "{again:?}");
+        assert!(again.location.is_none(), "no link to a session that is gone");
+        // An empty body and `{}` are one request to a route whose body is optional.
+        let empty = app
+            .send(
+                app.client
+                    .post(app.url("/v1/sessions"))
+                    .header("Idempotency-Key", "make-2")
+                    .header("content-type", "application/json"),
+            )
+            .await;
+        assert_eq!(empty.status, 201);
+        let same = keyed(&app, Method::POST, "/v1/sessions", "make-2", json!({})).await;
+        assert_eq!((same.status, same.replayed), (201, true), "{same:?}");
+    }
+
     async fn a_message_retried_with_its_key_is_recorded_once_and_answered_the_same(app: TestApp) {
         let sid = app.create_session().await;
         let path = messages_path(&sid);
