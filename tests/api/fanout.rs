@@ -14,24 +14,11 @@ fn events_url(app: &TestApp, sid: &str) -> String {
 
 /// (messages for watched sessions, messages for sessions without subscribers here)
 async fn heard(app: &TestApp) -> (u64, u64) {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let value = |label: &str| -> u64 {
-        let line = format!("dsh_live_messages_total{{for=\"{label}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&line))
-            .unwrap_or_else(|| panic!("no {line} in {text}"))
-            .parse()
-            .unwrap()
-    };
-    (value("watched"), value("unwatched"))
+    (
+        app.metric("dsh_live_messages_total{for=\"watched\"}").await,
+        app.metric("dsh_live_messages_total{for=\"unwatched\"}")
+            .await,
+    )
 }
 
 async fn flip(app: &TestApp, sid: &str) {

@@ -363,6 +363,26 @@ impl TestApp {
         format!("{}{path}", self.address)
     }
 
+    /// The value of the `/metrics` sample named `sample` (with its labels, e.g.
+    /// `dsh_live_messages_total{for="watched"}`).
+    pub async fn metric(&self, sample: &str) -> u64 {
+        let text = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let prefix = format!("{sample} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {sample} in {text}"))
+            .parse()
+            .unwrap()
+    }
+
     pub async fn get(&self, path: &str) -> Reply {
         self.send(self.client.get(self.url(path))).await
     }

@@ -23,20 +23,7 @@ async fn await_idle(apps: &[&TestApp]) {
     loop {
         let mut busy = 0;
         for app in apps {
-            let text = app
-                .client
-                .get(app.url("/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            let line = text
-                .lines()
-                .find(|l| l.starts_with("dsh_turns_running "))
-                .expect("the running-turns gauge");
-            busy += line.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
+            busy += app.metric("dsh_turns_running").await;
         }
         if busy == 0 {
             return;
