@@ -10,10 +10,14 @@ use std::time::Duration;
 use actix_web::dev::ServerHandle;
 use dsh_plan::config::Settings;
 use dsh_plan::startup::Application;
+use dsh_plan::store::redis::Conn;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+mod cluster;
 mod listed;
+
+pub use self::cluster::TestCluster;
 
 /// A redis-server owned by one test: killed when the test (its thread) ends.
 pub struct TestRedis {
@@ -31,14 +35,19 @@ impl TestRedis {
     /// otherwise a redis-server of its own.
     pub async fn start() -> Self {
         match std::env::var("REDIS_URL") {
-            Ok(url) => Self {
-                url,
-                port: 0,
-                prefix: fresh_prefix(),
-                password: None,
-                child: None,
-            },
+            Ok(url) => Self::shared(url, fresh_prefix()),
             Err(_) => Self::start_private().await,
+        }
+    }
+
+    /// A Redis someone else runs (a cluster of the test's own), under `prefix`.
+    pub(crate) fn shared(url: String, prefix: String) -> Self {
+        Self {
+            url,
+            port: 0,
+            prefix,
+            password: None,
+            child: None,
         }
     }
 
@@ -126,13 +135,15 @@ impl TestRedis {
         panic!("redis-server did not start at {}", self.url);
     }
 
-    /// A plain connection for arranging or inspecting the log directly.
-    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
+    /// A connection for arranging or inspecting the log directly (a cluster connection, which
+    /// routes every command by its key, when `REDIS_URL` names a cluster).
+    pub async fn conn(&self) -> Conn {
+        Conn::open(&self.url).await.unwrap()
+    }
+
+    /// Whether this test's Redis is a cluster (`REDIS_URL=redis+cluster://…`).
+    pub fn is_cluster(&self) -> bool {
+        self.url.starts_with("redis+cluster://")
     }
 
     pub fn key(&self, sid: &str) -> String {
