@@ -141,6 +141,24 @@ impl TestRedis {
         Conn::open(&self.url).await.unwrap()
     }
 
+    /// `INFO section` of every node (one text per node: several on a cluster).
+    pub async fn info(&self, section: &str) -> Vec<String> {
+        let reply: redis::Value = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut self.conn().await)
+            .await
+            .unwrap();
+        fn texts(v: &redis::Value) -> Vec<String> {
+            match v {
+                redis::Value::Map(nodes) => nodes.iter().flat_map(|(_, v)| texts(v)).collect(),
+                redis::Value::BulkString(b) => vec![String::from_utf8_lossy(b).into_owned()],
+                redis::Value::VerbatimString { text, .. } => vec![text.clone()],
+                other => panic!("INFO answered {other:?}"),
+            }
+        }
+        texts(&reply)
+    }
+
     /// Whether this test's Redis is a cluster (`REDIS_URL=redis+cluster://…`).
     pub fn is_cluster(&self) -> bool {
         self.url.starts_with("redis+cluster://")

@@ -73,7 +73,33 @@ impl TestCluster {
         for node in &cluster.nodes {
             cluster.wait_ok(node.port).await;
         }
+        cluster.wait_replicas_synced().await;
         cluster
+    }
+
+    /// Waits until every replica has synchronized with its primary (a `WAIT` before that
+    /// counts no replica).
+    async fn wait_replicas_synced(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+            loop {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut node(n.port).await)
+                    .await
+                    .unwrap_or_default();
+                let replica = info.lines().any(|l| l.trim() == "role:slave");
+                if !replica || info.lines().any(|l| l.trim() == "master_link_status:up") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {} never synchronized",
+                    n.port
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 
     fn spawn(&self, port: u16) -> Child {
@@ -175,6 +201,7 @@ impl TestCluster {
         let child = self.spawn(port);
         self.nodes.iter_mut().find(|n| n.port == port).unwrap().child = Some(child);
         self.wait_ok(port).await;
+        self.wait_replicas_synced().await;
     }
 
     /// Waits until a node other than `old` is the primary of the slot of `key`, as every
