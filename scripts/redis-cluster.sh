@@ -16,11 +16,12 @@ REPLICAS=${REPLICAS:-0}
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
 
-# A port with its cluster bus port (+10000) free too.
+# A port with its cluster bus port (+10000) free too, both below the kernel's ephemeral range
+# (32768+), where an outgoing connection may hold a port no listener shows.
 free_port() {
   local p
   for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + RANDOM % 12000))
     if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null &&
       ! (exec 3<>/dev/tcp/127.0.0.1/$((p + 10000))) 2>/dev/null &&
       ! grep -qx "$p" "$dir/ports" 2>/dev/null; then
@@ -37,17 +38,23 @@ start() {
   mkdir -p "$dir"
   local n=$((MASTERS * (1 + REPLICAS))) nodes=() port
   for _ in $(seq "$n"); do
-    port=$(free_port)
-    echo "$port" >>"$dir/ports"
-    mkdir -p "$dir/$port"
-    "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
-      --cluster-config-file "$dir/$port/nodes.conf" --cluster-node-timeout 2000 \
-      --dir "$dir/$port" --save '' --appendonly no --daemonize yes \
-      --pidfile "$dir/$port/redis.pid" --logfile "$dir/$port/redis.log"
+    # A port taken meanwhile makes the node exit: it is tried again on another one.
+    for attempt in 1 2 3 4 5; do
+      port=$(free_port)
+      echo "$port" >>"$dir/ports"
+      mkdir -p "$dir/$port"
+      "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
+        --cluster-config-file "$dir/$port/nodes.conf" --cluster-node-timeout 2000 \
+        --dir "$dir/$port" --save '' --appendonly no --daemonize yes \
+        --pidfile "$dir/$port/redis.pid" --logfile "$dir/$port/redis.log"
+      for _ in $(seq 100); do
+        "$REDIS_CLI" -p "$port" ping >/dev/null 2>&1 && break 2
+        sleep 0.05
+      done
+      echo "node on port $port did not start (attempt $attempt): $(tail -1 "$dir/$port/redis.log")" >&2
+      [ "$attempt" -lt 5 ] || return 1
+    done
     nodes+=("127.0.0.1:$port")
-  done
-  for port in $(cat "$dir/ports"); do
-    until "$REDIS_CLI" -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
   done
   "$REDIS_CLI" --cluster create "${nodes[@]}" --cluster-replicas "$REPLICAS" --cluster-yes \
     >"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; return 1; }

@@ -120,7 +120,12 @@ pub struct Settings {
     pub redis_cluster: bool,
     /// Redis replicas that must acknowledge an append (`WAIT`) before it is answered; fewer
     /// within a second answers 503. 0: answered once the primary has it.
-    #[arg(long, env = "DSH_REDIS_WAIT_REPLICAS", default_value_t = 0, global = true)]
+    #[arg(
+        long,
+        env = "DSH_REDIS_WAIT_REPLICAS",
+        default_value_t = 0,
+        global = true
+    )]
     pub redis_wait_replicas: u32,
     /// Prefix of every Redis key this service writes.
     #[arg(long, env = "DSH_KEY_PREFIX", default_value = "dsh", global = true)]

@@ -329,7 +329,13 @@ impl RedisLeases {
             .map_err(|e| self.pressure.error(e))
     }
 
-    async fn run_member(&self, op: &str, owner: &str, ttl: u64, member: &str) -> StoreResult<Value> {
+    async fn run_member(
+        &self,
+        op: &str,
+        owner: &str,
+        ttl: u64,
+        member: &str,
+    ) -> StoreResult<Value> {
         self.run(lease_group(member), op, owner, ttl, member).await
     }
 }
@@ -341,7 +347,9 @@ impl super::TurnLeases for RedisLeases {
         owner: &'a str,
         ttl: u64,
     ) -> BoxFuture<'a, StoreResult<bool>> {
-        Box::pin(async move { Ok(int(&self.run_member("acquire", owner, ttl, member).await?) == Some(1)) })
+        Box::pin(async move {
+            Ok(int(&self.run_member("acquire", owner, ttl, member).await?) == Some(1))
+        })
     }
 
     fn renew<'a>(
@@ -350,15 +358,25 @@ impl super::TurnLeases for RedisLeases {
         owner: &'a str,
         ttl: u64,
     ) -> BoxFuture<'a, StoreResult<bool>> {
-        Box::pin(async move { Ok(int(&self.run_member("renew", owner, ttl, member).await?) == Some(1)) })
+        Box::pin(
+            async move { Ok(int(&self.run_member("renew", owner, ttl, member).await?) == Some(1)) },
+        )
     }
 
     fn release<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
-        Box::pin(async move { self.run_member("release", owner, 0, member).await.map(|_| ()) })
+        Box::pin(async move {
+            self.run_member("release", owner, 0, member)
+                .await
+                .map(|_| ())
+        })
     }
 
     fn handoff<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
-        Box::pin(async move { self.run_member("handoff", owner, 0, member).await.map(|_| ()) })
+        Box::pin(async move {
+            self.run_member("handoff", owner, 0, member)
+                .await
+                .map(|_| ())
+        })
     }
 
     fn claim_expired<'a>(
@@ -391,5 +409,28 @@ impl super::TurnLeases for RedisLeases {
             }
             Ok(claimed)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_stays_in_its_sessions_group_and_sessions_spread_over_all_groups() {
+        assert_eq!(lease_group("s-1 main t1"), lease_group("s-1 child t9"));
+        let groups: std::collections::HashSet<usize> = (0..1000)
+            .map(|i| lease_group(&format!("{i:032x} main t")))
+            .collect();
+        assert_eq!(groups.len(), LEASE_GROUPS);
+        // Fixed by the hash, not by the build: replicas of any version agree.
+        assert_eq!(lease_group("abc main t"), 11); // FNV-1a("abc") = 0xe71fa2190541574b
+    }
+
+    #[test]
+    fn the_scripts_that_publish_do_it_in_the_form_a_cluster_turns_into_spublish() {
+        for source in [include_str!("append.lua"), include_str!("delete.lua")] {
+            assert!(source.contains("redis.call('PUBLISH'"));
+        }
     }
 }

@@ -147,7 +147,7 @@ async fn a_runner_that_panics_does_not_keep_its_turn_leased_forever() {
     let mut conn = redis.conn().await;
     let member = format!("{sid} main {turn}");
     let expiry: Option<f64> = redis::cmd("ZSCORE")
-        .arg(format!("{}:{{leases}}:expiry", redis.prefix))
+        .arg(redis.lease_expiry_key(&member))
         .arg(&member)
         .query_async(&mut conn)
         .await

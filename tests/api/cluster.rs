@@ -89,7 +89,9 @@ async fn a_primary_killed_during_writes_fails_over_and_no_acknowledged_write_is_
         for (id, active) in acked {
             let event = log.iter().find(|e| e["id"] == id.as_str());
             assert!(
-                event.is_some_and(|e| e["type"] == "plan/mode" && e["data"] == json!({"active": active})),
+                event.is_some_and(
+                    |e| e["type"] == "plan/mode" && e["data"] == json!({"active": active})
+                ),
                 "acknowledged write {id} (active: {active}) of {sid} is not in its log: {event:?}"
             );
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use actix_web::dev::ServerHandle;
 use dsh_plan::config::Settings;
 use dsh_plan::startup::Application;
-use dsh_plan::store::redis::Conn;
+use dsh_plan::store::redis::{lease_group, Conn, LEASE_GROUPS};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -141,6 +141,26 @@ impl TestRedis {
         Conn::open(&self.url).await.unwrap()
     }
 
+    /// The expiry set of the turn leases' group that holds `member` (`<sid> <agent> <turn>`).
+    pub fn lease_expiry_key(&self, member: &str) -> String {
+        format!("{}:{{leases:{}}}:expiry", self.prefix, lease_group(member))
+    }
+
+    /// How many turn leases are held, over every group.
+    pub async fn lease_count(&self) -> u64 {
+        let mut conn = self.conn().await;
+        let mut total = 0;
+        for group in 0..LEASE_GROUPS {
+            let n: u64 = redis::cmd("ZCARD")
+                .arg(format!("{}:{{leases:{group}}}:expiry", self.prefix))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            total += n;
+        }
+        total
+    }
+
     /// `INFO section` of every node (one text per node: several on a cluster).
     pub async fn info(&self, section: &str) -> Vec<String> {
         let reply: redis::Value = redis::cmd("INFO")
@@ -157,11 +177,6 @@ impl TestRedis {
             }
         }
         texts(&reply)
-    }
-
-    /// Whether this test's Redis is a cluster (`REDIS_URL=redis+cluster://…`).
-    pub fn is_cluster(&self) -> bool {
-        self.url.starts_with("redis+cluster://")
     }
 
     pub fn key(&self, sid: &str) -> String {

@@ -7,8 +7,8 @@ use redis::Value;
 
 use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
 use super::super::requests::mark_keep_ms;
-use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
 use super::super::StoreError;
+use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
 use super::{Conn, RedisLog, WAIT_TIMEOUT};
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, SessionId};

@@ -44,7 +44,9 @@ impl Target {
             Some(rest) => Ok(Self::Cluster(seeds(rest)?)),
             None if cluster => match url.strip_prefix("redis://") {
                 Some(rest) => Ok(Self::Cluster(seeds(rest)?)),
-                None => Err(invalid("DSH_REDIS_CLUSTER needs a redis:// or redis+cluster:// URL")),
+                None => Err(invalid(
+                    "DSH_REDIS_CLUSTER needs a redis:// or redis+cluster:// URL",
+                )),
             },
             None => redis::Client::open(url).map(Self::Single),
         }
@@ -236,8 +238,8 @@ mod tests {
 
     #[test]
     fn a_cluster_url_names_every_seed_node_with_its_credentials() {
-        let target = Target::parse("redis+cluster://u:pw@10.0.0.1:7000,10.0.0.2:7001", false)
-            .unwrap();
+        let target =
+            Target::parse("redis+cluster://u:pw@10.0.0.1:7000,10.0.0.2:7001", false).unwrap();
         assert_eq!(addrs(&target), ["10.0.0.1:7000", "10.0.0.2:7001"]);
         let Target::Cluster(nodes) = target else {
             unreachable!()
@@ -251,12 +253,18 @@ mod tests {
     fn a_plain_url_is_one_node_unless_cluster_mode_is_asked_for() {
         let url = "redis://127.0.0.1:7000";
         assert_eq!(addrs(&Target::parse(url, false).unwrap()), ["single"]);
-        assert_eq!(addrs(&Target::parse(url, true).unwrap()), ["127.0.0.1:7000"]);
+        assert_eq!(
+            addrs(&Target::parse(url, true).unwrap()),
+            ["127.0.0.1:7000"]
+        );
     }
 
     #[test]
     fn a_bad_cluster_url_is_refused_without_quoting_its_password() {
-        for url in ["redis+cluster://u:secret@", "redis+cluster://u:secret@host:notaport"] {
+        for url in [
+            "redis+cluster://u:secret@",
+            "redis+cluster://u:secret@host:notaport",
+        ] {
             let Err(e) = Target::parse(url, false) else {
                 panic!("{url} was accepted")
             };

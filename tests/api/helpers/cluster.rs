@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{fresh_prefix, free_port, TestRedis};
+use super::{free_port, fresh_prefix, TestRedis};
 
 struct Node {
     port: u16,
@@ -199,7 +199,11 @@ impl TestCluster {
     /// over primary comes back as a replica of its successor).
     pub async fn restart(&mut self, port: u16) {
         let child = self.spawn(port);
-        self.nodes.iter_mut().find(|n| n.port == port).unwrap().child = Some(child);
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .unwrap()
+            .child = Some(child);
         self.wait_ok(port).await;
         self.wait_replicas_synced().await;
     }
@@ -281,7 +285,11 @@ async fn wait_ping(port: u16) {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
     for _ in 0..1000 {
         if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-            if redis::cmd("PING").query_async::<String>(&mut c).await.is_ok() {
+            if redis::cmd("PING")
+                .query_async::<String>(&mut c)
+                .await
+                .is_ok()
+            {
                 return;
             }
         }
