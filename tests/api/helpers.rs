@@ -106,33 +106,11 @@ impl TestRedis {
         if let Some(pw) = password {
             cmd.args(["--requirepass", pw]);
         }
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        // Die with the thread that spawned us, even if the test panics or is killed.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        cmd.spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)")
+        spawn_server(cmd)
     }
 
     async fn wait_ready(&self) {
-        let client = redis::Client::open(self.url.as_str()).unwrap();
-        for _ in 0..500 {
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if redis::cmd("PING")
-                    .query_async::<String>(&mut c)
-                    .await
-                    .is_ok()
-                {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("redis-server did not start at {}", self.url);
+        wait_ping(&self.url).await;
     }
 
     /// A connection for arranging or inspecting the log directly (a cluster connection, which
@@ -207,6 +185,38 @@ impl Drop for TestRedis {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Starts a redis-server command, quiet, dying with the thread that spawned it even if the
+/// test panics or is killed.
+pub(crate) fn spawn_server(mut cmd: Command) -> Child {
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .expect("redis-server must be installed (scripts/test.sh installs it)")
+}
+
+/// Waits until the redis-server at `url` answers PING.
+pub(crate) async fn wait_ping(url: &str) {
+    let client = redis::Client::open(url).unwrap();
+    for _ in 0..1000 {
+        if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+            if redis::cmd("PING")
+                .query_async::<String>(&mut c)
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("redis-server did not start at {url}");
 }
 
 fn fresh_prefix() -> String {

@@ -1,12 +1,11 @@
 //! A Redis Cluster of a test's own (for a test that kills a node): redis-server processes in
 //! cluster mode on free ports, joined by `redis-cli --cluster create`, killed with the test.
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use super::{free_port, fresh_prefix, TestRedis};
+use super::{free_port, fresh_prefix, spawn_server, wait_ping, TestRedis};
 
 struct Node {
     port: u16,
@@ -50,7 +49,7 @@ impl TestCluster {
             });
         }
         for node in &cluster.nodes {
-            wait_ping(node.port).await;
+            wait_ping(&format!("redis://127.0.0.1:{}", node.port)).await;
         }
         let addrs: Vec<String> = cluster
             .nodes
@@ -123,15 +122,7 @@ impl TestCluster {
             "--appendonly",
             "no",
         ]);
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        cmd.spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)")
+        spawn_server(cmd)
     }
 
     /// This cluster as the harness's Redis (for `spawn_replica` and the like), under a key
@@ -142,17 +133,22 @@ impl TestCluster {
 
     /// The port of the primary serving `key`'s slot.
     pub async fn master_of(&self, key: &str) -> u16 {
-        let port = self.live_port();
-        let mut conn = node(port).await;
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let (port, slot) = self.slot_of(key).await;
         self.master_of_slot(port, slot)
             .await
             .expect("every slot has a primary")
+    }
+
+    /// A running node and the slot of `key`.
+    async fn slot_of(&self, key: &str) -> (u16, u16) {
+        let port = self.live_port();
+        let slot = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut node(port).await)
+            .await
+            .unwrap();
+        (port, slot)
     }
 
     /// The primary of `slot` as the node at `port` sees it (not one flagged as failed).
@@ -211,14 +207,7 @@ impl TestCluster {
     /// Waits until a node other than `old` is the primary of the slot of `key`, as every
     /// running node sees it; returns its port.
     pub async fn await_failover(&self, key: &str, old: u16) -> u16 {
-        let port = self.live_port();
-        let mut conn = node(port).await;
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let (_, slot) = self.slot_of(key).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut seen = Vec::new();
@@ -239,7 +228,7 @@ impl TestCluster {
     }
 
     async fn wait_ok(&self, port: u16) {
-        wait_ping(port).await;
+        wait_ping(&format!("redis://127.0.0.1:{port}")).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut conn = node(port).await;
@@ -279,21 +268,4 @@ async fn node(port: u16) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
-}
-
-async fn wait_ping(port: u16) {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    for _ in 0..1000 {
-        if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-            if redis::cmd("PING")
-                .query_async::<String>(&mut c)
-                .await
-                .is_ok()
-            {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("redis-server did not start on port {port}");
 }
