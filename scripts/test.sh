@@ -2,7 +2,8 @@
 # Runs the whole test suite. Installs what the tests need when it is missing:
 # - redis-server (the Rust harness starts its own on a free port per test; set REDIS_URL to
 #   use an existing server instead, with per-test key prefixes; a test that stops Redis still
-#   starts its own);
+#   starts its own); the integration tests then run a second time on a local 3-primary Redis
+#   Cluster (scripts/redis-cluster.sh, REDIS_URL=redis+cluster://…);
 # - Debian's chromium and npm's playwright-core, for the browser tests of the web client;
 # - node and npm, for the OpenAPI linters (openapi/lint) and the TypeScript SDK
 #   (clients/typescript), each pinned in its lockfile;
@@ -29,6 +30,11 @@ bash scripts/validate-deploy.sh
 
 echo "== cargo test (unit, property and integration tests)"
 cargo test --locked --all-targets
+
+echo "== integration tests again on a Redis Cluster (3 primaries; scripts/redis-cluster.sh)"
+# Every Redis test runs on the cluster under a key prefix of its own; tests that stop Redis,
+# or need a single node, still start their own redis-server.
+bash scripts/redis-cluster.sh run cargo test --locked --test api
 
 echo "== browser tests (headless Chromium)"
 [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || { echo "== installing chromium"; apt_install chromium; }

@@ -114,6 +114,19 @@ pub struct Settings {
     /// Redis URL; unset → the embedded in-memory log (single process, nothing persisted).
     #[arg(long, env = "REDIS_URL", global = true, hide_env_values = true)]
     pub redis_url: Option<String>,
+    /// `REDIS_URL` names a Redis Cluster (a seed node, or `host:port,host:port`); implied by a
+    /// `redis+cluster://` URL.
+    #[arg(long, env = "DSH_REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, global = true)]
+    pub redis_cluster: bool,
+    /// Redis replicas that must acknowledge an append (`WAIT`) before it is answered; fewer
+    /// within a second answers 503. 0: answered once the primary has it.
+    #[arg(
+        long,
+        env = "DSH_REDIS_WAIT_REPLICAS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub redis_wait_replicas: u32,
     /// Prefix of every Redis key this service writes.
     #[arg(long, env = "DSH_KEY_PREFIX", default_value = "dsh", global = true)]
     pub key_prefix: String,
@@ -264,6 +277,8 @@ impl Settings {
         Self {
             bind: "127.0.0.1:0".into(),
             redis_url,
+            redis_cluster: false,
+            redis_wait_replicas: 0,
             key_prefix: "dsh".into(),
             replica_id: None,
             workers: Some(2),
@@ -293,6 +308,14 @@ impl Settings {
             tls_cert: None,
             tls_key: None,
             provider_call_window_ms: 60_000,
+        }
+    }
+
+    /// How the service uses `REDIS_URL`.
+    pub fn redis_options(&self) -> crate::store::redis::RedisOptions {
+        crate::store::redis::RedisOptions {
+            cluster: self.redis_cluster,
+            wait_replicas: self.redis_wait_replicas,
         }
     }
 

@@ -53,7 +53,7 @@ pub struct Application {
 pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
     Ok(match &settings.redis_url {
         Some(url) => {
-            let log = RedisLog::connect(url, &settings.key_prefix)
+            let log = RedisLog::connect_with(url, &settings.key_prefix, settings.redis_options())
                 .await
                 .map_err(|e| {
                     let secrets = secrets_in_url(url);
@@ -64,7 +64,13 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                         scrub(&e.to_string(), &known)
                     )
                 })?;
-            tracing::info!(redis = %redact_url(url), prefix = %settings.key_prefix, "store: Redis Streams");
+            tracing::info!(
+                redis = %redact_url(url),
+                prefix = %settings.key_prefix,
+                cluster = log.is_cluster(),
+                wait_replicas = settings.redis_wait_replicas,
+                "store: Redis Streams"
+            );
             match log.eviction_policy().await {
                 Some(policy) if policy != "noeviction" => tracing::warn!(
                     %policy,

@@ -54,7 +54,7 @@ pub async fn run(settings: &Settings, command: TenantsCommand) -> anyhow::Result
              DSH_TENANT_MAX_PROVIDER_CALLS, DSH_TENANT_MAX_STREAMS)"
         );
     };
-    let log = RedisLog::connect(url, &settings.key_prefix)
+    let log = RedisLog::connect_with(url, &settings.key_prefix, settings.redis_options())
         .await
         .with_context(|| format!("connecting to Redis at {}", crate::config::redact(url)))?;
     let store = RedisLimits::new(&log);

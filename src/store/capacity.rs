@@ -8,10 +8,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redis::aio::ConnectionManager;
 use redis::{RedisError, Value};
 
 use super::entries::bytes;
+use super::redis::Conn;
 use super::{now_ms, StoreError, StoreResult};
 
 /// How long a refused write keeps readiness failing unless a later write succeeds.
@@ -53,17 +53,20 @@ impl Pressure {
     }
 
     /// Whether Redis is at its `maxmemory` (by `INFO memory`) or refused a write moments ago.
-    pub(super) async fn full(&self, conn: &ConnectionManager) -> StoreResult<bool> {
+    pub(super) async fn full(&self, conn: &Conn) -> StoreResult<bool> {
         let mut conn = conn.clone();
-        let info: Result<String, _> = redis::cmd("INFO")
+        // A cluster asks every primary, and answers a map of node → reply.
+        let info: Result<Value, _> = redis::cmd("INFO")
             .arg("memory")
             .query_async(&mut conn)
             .await;
         let at_limit = match info {
-            Ok(text) => match (field(&text, "used_memory"), field(&text, "maxmemory")) {
-                (Some(used), Some(max)) => max > 0 && used >= max,
-                _ => false,
-            },
+            Ok(reply) => node_replies(&reply).iter().any(|text| {
+                match (field(text, "used_memory"), field(text, "maxmemory")) {
+                    (Some(used), Some(max)) => max > 0 && used >= max,
+                    _ => false,
+                }
+            }),
             Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
                 return Err(StoreError::Unavailable(e.to_string()))
             }
@@ -71,6 +74,18 @@ impl Pressure {
             Err(_) => false,
         };
         Ok(at_limit || self.refused_recently())
+    }
+}
+
+/// The text of each node's reply: one for a single node, one per node for a cluster.
+fn node_replies(reply: &Value) -> Vec<String> {
+    match reply {
+        Value::Map(nodes) => nodes.iter().flat_map(|(_, v)| node_replies(v)).collect(),
+        Value::VerbatimString { text, .. } => vec![text.clone()],
+        other => bytes(other)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -82,7 +97,7 @@ fn field(info: &str, name: &str) -> Option<u64> {
 }
 
 /// Redis's `maxmemory-policy`, or `None` when `CONFIG GET` is refused (managed Redis).
-pub(super) async fn eviction_policy(conn: &ConnectionManager) -> Option<String> {
+pub(super) async fn eviction_policy(conn: &Conn) -> Option<String> {
     let mut conn = conn.clone();
     let reply: Value = redis::cmd("CONFIG")
         .arg("GET")

@@ -1,6 +1,8 @@
 -- Turn leases: which replica runs a turn, until when. Time is Redis's own, so replicas'
 -- clocks do not matter.
 -- KEYS[1]  zset member -> lease expiry (ms)      KEYS[2]  hash member -> owner
+--          (one slot group's: a member is always in the group of its session, and a claim
+--          sweeps one group)
 -- ARGV[1]  acquire | renew | release | handoff | claim     ARGV[2]  owner     ARGV[3]  ttl (ms)
 -- ARGV[4]  the member (a turn), or for claim the most leases to take
 local t = redis.call('TIME')

@@ -11,11 +11,11 @@
 //! subscribers for; their payloads are encoded and decoded in `wire.rs`. A write Redis
 //! refuses for want of memory is [`StoreError::Full`], any other failure `Unavailable`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
 use super::capacity::{self, Pressure};
@@ -24,42 +24,76 @@ use super::{Anchor, Append, EventLog, Mark, StoreResult};
 use crate::domain::{NewEvent, Recorded, SessionId};
 
 mod append;
+mod conn;
 mod limits;
 mod live;
 mod requests;
+pub use self::conn::Conn;
+use self::conn::Target;
 pub use self::limits::RedisLimits;
 pub use self::requests::RedisRequests;
 
-/// Redis answers a command within this or the request fails with 503.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long an append waits for `DSH_REDIS_WAIT_REPLICAS` replicas to acknowledge it (within
+/// the command's own response timeout).
+const WAIT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// How the service uses its Redis, beyond the URL.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RedisOptions {
+    /// The URL names a Redis Cluster (implied by a `redis+cluster://` URL).
+    pub cluster: bool,
+    /// Replicas that must acknowledge an append before it is answered (`WAIT`); 0: none.
+    pub wait_replicas: u32,
+}
 
 pub struct RedisLog {
-    client: redis::Client,
-    pub(super) conn: ConnectionManager,
+    target: Target,
+    pub(super) conn: Conn,
     pub(super) prefix: String,
     append: Script,
     delete: Script,
+    wait_replicas: u32,
     /// Writes refused for want of memory, shared with the leases.
     pressure: Arc<Pressure>,
 }
 
 impl RedisLog {
+    /// Connects with the default options: one node, or a cluster for a `redis+cluster://` URL.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        Self::connect_with(url, prefix, RedisOptions::default()).await
+    }
+
+    pub async fn connect_with(
+        url: &str,
+        prefix: &str,
+        options: RedisOptions,
+    ) -> Result<Self, redis::RedisError> {
+        let target = Target::parse(url, options.cluster)?;
+        let conn = target.connect().await?;
+        // A cluster would broadcast a plain PUBLISH to every node: there a session's live
+        // channel is a shard channel, served by the node of the session's slot.
+        let publish = |source: &str| {
+            let source = if target.is_cluster() {
+                source.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
+            } else {
+                source.to_owned()
+            };
+            Script::new(&source)
+        };
         Ok(Self {
-            client,
+            append: publish(include_str!("append.lua")),
+            delete: publish(include_str!("delete.lua")),
+            target,
             conn,
             prefix: prefix.to_owned(),
-            append: Script::new(include_str!("append.lua")),
-            delete: Script::new(include_str!("delete.lua")),
+            wait_replicas: options.wait_replicas,
             pressure: Arc::default(),
         })
+    }
+
+    /// Whether this store is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.target.is_cluster()
     }
 
     pub fn key(&self, sid: &SessionId) -> String {
@@ -231,35 +265,78 @@ impl RedisLog {
     }
 }
 
-/// Turn leases in one sorted set (member → expiry) and one hash (member → owner), changed only
-/// by `lease.lua`.
+/// Turn leases, in [`LEASE_GROUPS`] groups of one sorted set (member → expiry) and one hash
+/// (member → owner) each, changed only by `lease.lua`. A member stays in the group of its
+/// session (a stable hash of the session id), and each group's two keys share a slot of
+/// their own (`{leases:<n>}`): on a cluster the leases, and the sweeps for expired ones, are
+/// spread over the nodes instead of all landing on one.
 pub struct RedisLeases {
-    conn: ConnectionManager,
-    keys: [String; 2],
+    conn: Conn,
+    groups: Vec<[String; 2]>,
     script: Script,
     pressure: Arc<Pressure>,
+    /// The group the next sweep starts at, so a sweep cut short by its bound does not always
+    /// favour the first groups.
+    next_sweep: AtomicUsize,
+}
+
+/// How many slot groups the leases are spread over. Changing it moves leases between groups:
+/// running turns' leases would be lost, so it is fixed.
+pub const LEASE_GROUPS: usize = 16;
+
+/// The group of a lease member `<session> <agent> <turn>`: FNV-1a of its session id, so every
+/// replica (any build, any platform) puts it in the same one.
+pub fn lease_group(member: &str) -> usize {
+    let sid = member.split(' ').next().unwrap_or_default();
+    let hash = sid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (hash % LEASE_GROUPS as u64) as usize
 }
 
 impl RedisLeases {
     pub fn new(log: &RedisLog) -> Self {
         Self {
             conn: log.conn.clone(),
-            keys: [
-                format!("{}:{{leases}}:expiry", log.prefix),
-                format!("{}:{{leases}}:owner", log.prefix),
-            ],
+            groups: (0..LEASE_GROUPS)
+                .map(|n| {
+                    [
+                        format!("{}:{{leases:{n}}}:expiry", log.prefix),
+                        format!("{}:{{leases:{n}}}:owner", log.prefix),
+                    ]
+                })
+                .collect(),
             script: Script::new(include_str!("lease.lua")),
             pressure: log.pressure.clone(),
+            next_sweep: AtomicUsize::new(0),
         }
     }
 
-    async fn run(&self, op: &str, owner: &str, ttl: u64, arg: &str) -> StoreResult<Value> {
+    async fn run(
+        &self,
+        group: usize,
+        op: &str,
+        owner: &str,
+        ttl: u64,
+        arg: &str,
+    ) -> StoreResult<Value> {
         let mut conn = self.conn.clone();
-        let mut inv = self.script.key(&self.keys[0]);
-        inv.key(&self.keys[1]).arg(op).arg(owner).arg(ttl).arg(arg);
+        let [expiry, owners] = &self.groups[group];
+        let mut inv = self.script.key(expiry);
+        inv.key(owners).arg(op).arg(owner).arg(ttl).arg(arg);
         inv.invoke_async(&mut conn)
             .await
             .map_err(|e| self.pressure.error(e))
+    }
+
+    async fn run_member(
+        &self,
+        op: &str,
+        owner: &str,
+        ttl: u64,
+        member: &str,
+    ) -> StoreResult<Value> {
+        self.run(lease_group(member), op, owner, ttl, member).await
     }
 }
 
@@ -270,7 +347,9 @@ impl super::TurnLeases for RedisLeases {
         owner: &'a str,
         ttl: u64,
     ) -> BoxFuture<'a, StoreResult<bool>> {
-        Box::pin(async move { Ok(int(&self.run("acquire", owner, ttl, member).await?) == Some(1)) })
+        Box::pin(async move {
+            Ok(int(&self.run_member("acquire", owner, ttl, member).await?) == Some(1))
+        })
     }
 
     fn renew<'a>(
@@ -279,15 +358,25 @@ impl super::TurnLeases for RedisLeases {
         owner: &'a str,
         ttl: u64,
     ) -> BoxFuture<'a, StoreResult<bool>> {
-        Box::pin(async move { Ok(int(&self.run("renew", owner, ttl, member).await?) == Some(1)) })
+        Box::pin(
+            async move { Ok(int(&self.run_member("renew", owner, ttl, member).await?) == Some(1)) },
+        )
     }
 
     fn release<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
-        Box::pin(async move { self.run("release", owner, 0, member).await.map(|_| ()) })
+        Box::pin(async move {
+            self.run_member("release", owner, 0, member)
+                .await
+                .map(|_| ())
+        })
     }
 
     fn handoff<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>> {
-        Box::pin(async move { self.run("handoff", owner, 0, member).await.map(|_| ()) })
+        Box::pin(async move {
+            self.run_member("handoff", owner, 0, member)
+                .await
+                .map(|_| ())
+        })
     }
 
     fn claim_expired<'a>(
@@ -297,15 +386,51 @@ impl super::TurnLeases for RedisLeases {
         max: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<String>>> {
         Box::pin(async move {
-            let reply = self.run("claim", owner, ttl, &max.to_string()).await?;
-            let Value::Array(items) = reply else {
-                return Ok(Vec::new());
-            };
-            Ok(items
-                .iter()
-                .filter_map(bytes)
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .collect())
+            // Every group, a bounded batch each, until `max` are claimed.
+            let start = self.next_sweep.fetch_add(1, Ordering::Relaxed);
+            let mut claimed = Vec::new();
+            for i in 0..LEASE_GROUPS {
+                let want = max - claimed.len();
+                if want == 0 {
+                    break;
+                }
+                let group = (start + i) % LEASE_GROUPS;
+                let reply = self
+                    .run(group, "claim", owner, ttl, &want.to_string())
+                    .await?;
+                if let Value::Array(items) = reply {
+                    claimed.extend(
+                        items
+                            .iter()
+                            .filter_map(bytes)
+                            .map(|b| String::from_utf8_lossy(b).into_owned()),
+                    );
+                }
+            }
+            Ok(claimed)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_stays_in_its_sessions_group_and_sessions_spread_over_all_groups() {
+        assert_eq!(lease_group("s-1 main t1"), lease_group("s-1 child t9"));
+        let groups: std::collections::HashSet<usize> = (0..1000)
+            .map(|i| lease_group(&format!("{i:032x} main t")))
+            .collect();
+        assert_eq!(groups.len(), LEASE_GROUPS);
+        // Fixed by the hash, not by the build: replicas of any version agree.
+        assert_eq!(lease_group("abc main t"), 11); // FNV-1a("abc") = 0xe71fa2190541574b
+    }
+
+    #[test]
+    fn the_scripts_that_publish_do_it_in_the_form_a_cluster_turns_into_spublish() {
+        for source in [include_str!("append.lua"), include_str!("delete.lua")] {
+            assert!(source.contains("redis.call('PUBLISH'"));
+        }
     }
 }

@@ -147,7 +147,7 @@ async fn a_runner_that_panics_does_not_keep_its_turn_leased_forever() {
     let mut conn = redis.conn().await;
     let member = format!("{sid} main {turn}");
     let expiry: Option<f64> = redis::cmd("ZSCORE")
-        .arg(format!("{}:{{leases}}:expiry", redis.prefix))
+        .arg(redis.lease_expiry_key(&member))
         .arg(&member)
         .query_async(&mut conn)
         .await
@@ -161,19 +161,19 @@ async fn a_runner_that_panics_does_not_keep_its_turn_leased_forever() {
     );
 }
 
-/// Bytes Redis has sent to clients so far.
-async fn redis_bytes_out(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+/// Bytes Redis (every node of a cluster) has sent to clients so far.
+async fn redis_bytes_out(redis: &TestRedis) -> u64 {
+    let mut total = 0;
+    for info in redis.info("stats").await {
+        total += info
+            .lines()
+            .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap();
+    }
+    total
 }
 
 /// A session whose history outweighs one cache shard's budget is still cached (its weight is
@@ -209,13 +209,13 @@ async fn a_session_with_a_large_history_is_still_read_only_past_its_fold() {
         let _: () = pipe.query_async(&mut conn).await.unwrap();
     }
     app.plan(&sid, "main").await.ok(); // folds the session once
-    let before = redis_bytes_out(&mut conn).await;
+    let before = redis_bytes_out(&redis).await;
     let started = std::time::Instant::now();
     for _ in 0..5 {
         app.plan(&sid, "main").await.ok();
     }
     let took = started.elapsed();
-    let sent = redis_bytes_out(&mut conn).await - before;
+    let sent = redis_bytes_out(&redis).await - before;
     assert!(
         sent < 1_000_000,
         "5 GET plan on an unchanged session read {} MB from Redis in {took:?}: the fold is \

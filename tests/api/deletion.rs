@@ -28,11 +28,7 @@ async fn key_count(redis: &TestRedis, pattern: &str) -> usize {
 }
 
 async fn leases(redis: &TestRedis) -> u64 {
-    redis::cmd("ZCARD")
-        .arg(format!("{}:{{leases}}:expiry", redis.prefix))
-        .query_async(&mut redis.conn().await)
-        .await
-        .unwrap()
+    redis.lease_count().await
 }
 
 /// Every route of a deleted session answers 404 `session-not-found`.

@@ -10,10 +10,14 @@ use std::time::Duration;
 use actix_web::dev::ServerHandle;
 use dsh_plan::config::Settings;
 use dsh_plan::startup::Application;
+use dsh_plan::store::redis::{lease_group, Conn, LEASE_GROUPS};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+mod cluster;
 mod listed;
+
+pub use self::cluster::TestCluster;
 
 /// A redis-server owned by one test: killed when the test (its thread) ends.
 pub struct TestRedis {
@@ -31,14 +35,19 @@ impl TestRedis {
     /// otherwise a redis-server of its own.
     pub async fn start() -> Self {
         match std::env::var("REDIS_URL") {
-            Ok(url) => Self {
-                url,
-                port: 0,
-                prefix: fresh_prefix(),
-                password: None,
-                child: None,
-            },
+            Ok(url) => Self::shared(url, fresh_prefix()),
             Err(_) => Self::start_private().await,
+        }
+    }
+
+    /// A Redis someone else runs (a cluster of the test's own), under `prefix`.
+    pub(crate) fn shared(url: String, prefix: String) -> Self {
+        Self {
+            url,
+            port: 0,
+            prefix,
+            password: None,
+            child: None,
         }
     }
 
@@ -97,42 +106,55 @@ impl TestRedis {
         if let Some(pw) = password {
             cmd.args(["--requirepass", pw]);
         }
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        // Die with the thread that spawned us, even if the test panics or is killed.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        cmd.spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)")
+        spawn_server(cmd)
     }
 
     async fn wait_ready(&self) {
-        let client = redis::Client::open(self.url.as_str()).unwrap();
-        for _ in 0..500 {
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if redis::cmd("PING")
-                    .query_async::<String>(&mut c)
-                    .await
-                    .is_ok()
-                {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("redis-server did not start at {}", self.url);
+        wait_ping(&self.url).await;
     }
 
-    /// A plain connection for arranging or inspecting the log directly.
-    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
+    /// A connection for arranging or inspecting the log directly (a cluster connection, which
+    /// routes every command by its key, when `REDIS_URL` names a cluster).
+    pub async fn conn(&self) -> Conn {
+        Conn::open(&self.url).await.unwrap()
+    }
+
+    /// The expiry set of the turn leases' group that holds `member` (`<sid> <agent> <turn>`).
+    pub fn lease_expiry_key(&self, member: &str) -> String {
+        format!("{}:{{leases:{}}}:expiry", self.prefix, lease_group(member))
+    }
+
+    /// How many turn leases are held, over every group.
+    pub async fn lease_count(&self) -> u64 {
+        let mut conn = self.conn().await;
+        let mut total = 0;
+        for group in 0..LEASE_GROUPS {
+            let n: u64 = redis::cmd("ZCARD")
+                .arg(format!("{}:{{leases:{group}}}:expiry", self.prefix))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            total += n;
+        }
+        total
+    }
+
+    /// `INFO section` of every node (one text per node: several on a cluster).
+    pub async fn info(&self, section: &str) -> Vec<String> {
+        let reply: redis::Value = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut self.conn().await)
             .await
-            .unwrap()
+            .unwrap();
+        fn texts(v: &redis::Value) -> Vec<String> {
+            match v {
+                redis::Value::Map(nodes) => nodes.iter().flat_map(|(_, v)| texts(v)).collect(),
+                redis::Value::BulkString(b) => vec![String::from_utf8_lossy(b).into_owned()],
+                redis::Value::VerbatimString { text, .. } => vec![text.clone()],
+                other => panic!("INFO answered {other:?}"),
+            }
+        }
+        texts(&reply)
     }
 
     pub fn key(&self, sid: &str) -> String {
@@ -163,6 +185,38 @@ impl Drop for TestRedis {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Starts a redis-server command, quiet, dying with the thread that spawned it even if the
+/// test panics or is killed.
+pub(crate) fn spawn_server(mut cmd: Command) -> Child {
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .expect("redis-server must be installed (scripts/test.sh installs it)")
+}
+
+/// Waits until the redis-server at `url` answers PING.
+pub(crate) async fn wait_ping(url: &str) {
+    let client = redis::Client::open(url).unwrap();
+    for _ in 0..1000 {
+        if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+            if redis::cmd("PING")
+                .query_async::<String>(&mut c)
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("redis-server did not start at {url}");
 }
 
 fn fresh_prefix() -> String {

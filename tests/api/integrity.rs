@@ -67,12 +67,7 @@ async fn cancel_then_compact_at_once_never_lets_the_cancelled_turn_write_again()
     }
     // Every runner has noticed (or finished its provider request and been refused).
     await_idle(&[&a, &b]).await;
-    let mut conn = redis.conn().await;
-    let leases: u64 = redis::cmd("ZCARD")
-        .arg(format!("{}:{{leases}}:expiry", redis.prefix))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let leases = redis.lease_count().await;
     assert_eq!(leases, 0, "no lease is left for a sweeper to re-adopt");
     for (sid, turn) in &tries {
         for app in [&a, &b] {

@@ -6,6 +6,7 @@ mod helpers;
 mod adversarial;
 mod attacks;
 mod auth;
+mod cluster;
 mod composition;
 mod cors;
 mod counting;

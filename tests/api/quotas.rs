@@ -117,7 +117,11 @@ async fn a_session_stops_counting_when_its_retention_runs_out_unless_a_write_ref
             .is_ok()
     })
     .await;
-    assert!(start.elapsed() >= Duration::from_secs(6));
+    assert!(
+        start.elapsed() >= Duration::from_secs(6),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[tokio::test]

@@ -7,8 +7,9 @@ use redis::Value;
 
 use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
 use super::super::requests::mark_keep_ms;
+use super::super::StoreError;
 use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
-use super::RedisLog;
+use super::{Conn, RedisLog, WAIT_TIMEOUT};
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, SessionId};
 
@@ -56,6 +57,7 @@ impl RedisLog {
             let ms = int(rest).ok_or_else(|| corrupt("?", "append reply has no time"))?;
             if !events.is_empty() {
                 self.pressure.wrote();
+                self.replicated(sid, &mut conn).await?;
             }
             return Ok(Append::Committed(stamp(events, expected.seq + 1, ms)));
         }
@@ -79,6 +81,31 @@ impl RedisLog {
                 .map(decode_entry)
                 .collect::<StoreResult<_>>()?,
         })
+    }
+}
+
+impl RedisLog {
+    /// With `DSH_REDIS_WAIT_REPLICAS=N`, waits until N replicas of the node holding the
+    /// session acknowledge what was just written there; fewer within [`WAIT_TIMEOUT`] is
+    /// `Unavailable` (the write may or may not survive a failover: a client retrying with its
+    /// `Idempotency-Key` learns which).
+    async fn replicated(&self, sid: &SessionId, conn: &mut Conn) -> StoreResult<()> {
+        if self.wait_replicas == 0 {
+            return Ok(());
+        }
+        let acked = conn
+            .wait_replicas(&self.key(sid), self.wait_replicas, WAIT_TIMEOUT)
+            .await
+            .map_err(|e| self.failed(e))?;
+        if acked < u64::from(self.wait_replicas) {
+            return Err(StoreError::Unavailable(format!(
+                "the append was acknowledged by {acked} of the {} Redis replicas \
+                 DSH_REDIS_WAIT_REPLICAS asks for within {} ms",
+                self.wait_replicas,
+                WAIT_TIMEOUT.as_millis()
+            )));
+        }
+        Ok(())
     }
 }
 

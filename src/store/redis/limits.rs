@@ -9,7 +9,6 @@
 //! slot.
 
 use futures_util::future::BoxFuture;
-use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
 use super::super::entries::int;
@@ -18,10 +17,10 @@ use super::super::limits::{
     LIST_READS,
 };
 use super::super::StoreResult;
-use super::{unavailable, RedisLog};
+use super::{unavailable, Conn, RedisLog};
 
 pub struct RedisLimits {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     rate: Script,
     admit: Script,
@@ -190,22 +189,40 @@ impl LimitStore for RedisLimits {
             if members.is_empty() {
                 return Ok(());
             }
-            let mut pipe = redis::pipe();
-            // Loaded first in the same round trip, so the invocations never meet NOSCRIPT.
-            pipe.load_script(&self.refresh).ignore();
-            let invocations: Vec<_> = members
-                .iter()
-                .map(|(tenant, set, member)| {
-                    let mut inv = self.refresh.key(self.tenant_key(tenant, set.name()));
-                    inv.arg(member.as_str()).arg(ttl_ms).arg("add");
-                    inv
-                })
-                .collect();
-            for inv in &invocations {
-                pipe.invoke_script(inv).ignore();
+            // One pipeline per slot: a cluster refuses one that spans slots, and all of a
+            // tenant's sets share its slot. A single node takes them all in one.
+            let mut batches: Vec<Vec<&Refresh>> = Vec::new();
+            if self.conn.is_cluster() {
+                let mut by_tenant: std::collections::BTreeMap<&str, Vec<&Refresh>> =
+                    std::collections::BTreeMap::new();
+                for m in members {
+                    by_tenant.entry(m.0.as_str()).or_default().push(m);
+                }
+                batches.extend(by_tenant.into_values());
+            } else {
+                batches.push(members.iter().collect());
             }
-            let mut conn = self.conn.clone();
-            let _: Value = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+            let runs = batches.into_iter().map(|batch| async move {
+                let mut pipe = redis::pipe();
+                // Loaded first in the same round trip, so the invocations never meet NOSCRIPT.
+                pipe.load_script(&self.refresh).ignore();
+                let invocations: Vec<_> = batch
+                    .iter()
+                    .map(|(tenant, set, member)| {
+                        let mut inv = self.refresh.key(self.tenant_key(tenant, set.name()));
+                        inv.arg(member.as_str()).arg(ttl_ms).arg("add");
+                        inv
+                    })
+                    .collect();
+                for inv in &invocations {
+                    pipe.invoke_script(inv).ignore();
+                }
+                let mut conn = self.conn.clone();
+                pipe.query_async::<Value>(&mut conn).await.map(drop)
+            });
+            futures_util::future::try_join_all(runs)
+                .await
+                .map_err(unavailable)?;
             Ok(())
         })
     }

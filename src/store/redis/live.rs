@@ -3,6 +3,10 @@
 //! sessions the replica's hub watches. A replica with no subscribers receives nothing; one
 //! with subscribers on a few sessions receives only theirs, however busy the rest are.
 //!
+//! On a cluster the channel is a shard channel (`SPUBLISH` / `SSUBSCRIBE`, served by the node
+//! of the session's slot, so a commit reaches only that node and the replicas subscribed to
+//! the session), on a single node a plain one (see `conn.rs`).
+//!
 //! The subscriber connection speaks RESP3: messages arrive as pushes, the client resubscribes
 //! by itself after a reconnect, and every subscription the server confirms — the first one or
 //! one renewed after a reconnect — is reported as [`LiveMessage::Watching`], on which that
@@ -12,18 +16,27 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::super::{wire, Ephemeral, LiveBus, LiveMessage, StoreResult, Watch, Watcher};
-use super::{RedisLog, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use super::{Conn, RedisLog, Target};
 use crate::domain::SessionId;
 
 /// How often the subscriber checks its connection (and retries what failed) while it is down.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
 
 impl RedisLog {
+    /// `SPUBLISH` on a cluster (the session's shard channel), `PUBLISH` on one node (see
+    /// `conn.rs` for why).
+    fn publish_command(&self) -> &'static str {
+        if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
     /// The session's live channel: committed events, deltas and its deletion notice.
     pub fn live_channel(&self, sid: &SessionId) -> String {
         format!("{}:{{{}}}:live", self.prefix, sid)
@@ -45,7 +58,7 @@ impl LiveBus for RedisLog {
         Box::pin(async move {
             let mut conn = self.conn.clone();
             let message = wire::encode_ephemeral(&msg)?;
-            let _: Value = redis::cmd("PUBLISH")
+            let _: Value = redis::cmd(self.publish_command())
                 .arg(self.live_channel(&msg.sid))
                 .arg(message)
                 .query_async(&mut conn)
@@ -58,7 +71,7 @@ impl LiveBus for RedisLog {
     fn listen(&self, tx: UnboundedSender<LiveMessage>) -> Watcher {
         let (watcher, watches) = Watcher::channel();
         let listener = Listener {
-            client: self.client.clone(),
+            target: self.target.clone(),
             prefix: self.prefix.clone(),
             tx,
         };
@@ -68,7 +81,7 @@ impl LiveBus for RedisLog {
 }
 
 struct Listener {
-    client: redis::Client,
+    target: Target,
     prefix: String,
     tx: UnboundedSender<LiveMessage>,
 }
@@ -78,27 +91,10 @@ impl Listener {
         format!("{}:{{{}}}:live", self.prefix, sid)
     }
 
-    async fn connect(&self, pushes: UnboundedSender<PushInfo>) -> Option<ConnectionManager> {
-        let info = self.client.get_connection_info().clone();
-        let redis = info
-            .redis_settings()
-            .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3);
-        let client = match redis::Client::open(info.set_redis_settings(redis)) {
-            Ok(client) => client,
-            Err(e) => {
-                tracing::error!(error = %e, "live subscriber cannot be configured");
-                return None;
-            }
-        };
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_push_sender(pushes)
-            .set_automatic_resubscription();
+    async fn connect(&self, pushes: UnboundedSender<PushInfo>) -> Option<Conn> {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+            match self.target.subscriber(pushes.clone()).await {
                 Ok(conn) => return Some(conn),
                 Err(e) => tracing::warn!(error = %e, "live subscriber cannot connect; retrying"),
             }
@@ -164,10 +160,10 @@ impl Listener {
     }
 
     /// Subscribes or unsubscribes; false when Redis did not confirm it.
-    async fn apply(&self, conn: &mut ConnectionManager, watch: &Watch) -> bool {
+    async fn apply(&self, conn: &mut Conn, watch: &Watch) -> bool {
         let result = match watch {
-            Watch::On(sid) => conn.subscribe(self.channel(sid)).await,
-            Watch::Off(sid) => conn.unsubscribe(self.channel(sid)).await,
+            Watch::On(sid) => conn.watch(&self.channel(sid)).await,
+            Watch::Off(sid) => conn.unwatch(&self.channel(sid)).await,
         };
         if let Err(e) = &result {
             tracing::warn!(error = %e, "live subscription change failed; retrying");

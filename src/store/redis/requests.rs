@@ -2,16 +2,15 @@
 //! `requests.lua`, which declares the record and the tenant's index (both `{t:<tenant>}`).
 
 use futures_util::future::BoxFuture;
-use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
 use super::super::entries::{bytes, corrupt, int};
 use super::super::requests::{Begin, RecordTerms, RequestStore, StoredResponse};
 use super::super::StoreResult;
-use super::{unavailable, RedisLog};
+use super::{unavailable, Conn, RedisLog};
 
 pub struct RedisRequests {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     script: Script,
 }

@@ -1,0 +1,274 @@
+//! Where the service's Redis is and how it is reached: one node (`redis://`, `redis+unix://`)
+//! through a [`ConnectionManager`], or a Redis Cluster (`redis+cluster://host:port,host:port`,
+//! or any URL with `DSH_REDIS_CLUSTER=true`) through the redis crate's async cluster client.
+//! [`Conn`] is either, and is what every command of the store is sent on: a cluster routes
+//! each command (and each script invocation) by its first key, so everything else is the same
+//! code on both.
+//!
+//! Live messages differ: a cluster broadcasts a plain `PUBLISH` to every node, so there the
+//! session's channel is a shard channel (`SPUBLISH` / `SSUBSCRIBE`, served by the node holding
+//! the session's slot). A single node keeps `PUBLISH` / `SUBSCRIBE`: the crate's
+//! `ConnectionManager` cannot `SSUBSCRIBE` (nor resubscribe a shard channel after a reconnect).
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{
+    Cmd, ConnectionInfo, ErrorKind, IntoConnectionInfo, Pipeline, PushInfo, RedisError,
+    RedisFuture, RedisResult, Value,
+};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Redis answers a command within this or the request fails with 503.
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Retries of a command that met a dropped connection (or, on a cluster, a moved slot).
+const RETRIES: u32 = 2;
+
+/// The Redis deployment `REDIS_URL` names.
+#[derive(Clone)]
+pub(super) enum Target {
+    Single(redis::Client),
+    /// The seed nodes (the cluster client learns the rest).
+    Cluster(Vec<ConnectionInfo>),
+}
+
+impl Target {
+    /// `url` as one node or, when it is a `redis+cluster://` URL or `cluster` is set, as the
+    /// seed nodes of a cluster. Errors never quote the URL (it may hold a password).
+    pub(super) fn parse(url: &str, cluster: bool) -> RedisResult<Self> {
+        match url.strip_prefix("redis+cluster://") {
+            Some(rest) => Ok(Self::Cluster(seeds(rest)?)),
+            None if cluster => match url.strip_prefix("redis://") {
+                Some(rest) => Ok(Self::Cluster(seeds(rest)?)),
+                None => Err(invalid(
+                    "DSH_REDIS_CLUSTER needs a redis:// or redis+cluster:// URL",
+                )),
+            },
+            None => redis::Client::open(url).map(Self::Single),
+        }
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
+    /// The connection commands are sent on.
+    pub(super) async fn connect(&self) -> RedisResult<Conn> {
+        match self {
+            Self::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_number_of_retries(RETRIES as usize);
+                let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+                Ok(Conn::Single(conn))
+            }
+            Self::Cluster(nodes) => {
+                let client = cluster_builder(nodes).build()?;
+                Ok(Conn::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+
+    /// A RESP3 connection whose pushes (messages, subscription confirmations, disconnections)
+    /// go to `pushes`, and which renews its subscriptions by itself after a reconnect (or, on
+    /// a cluster, after a failover moves a slot).
+    pub(super) async fn subscriber(&self, pushes: UnboundedSender<PushInfo>) -> RedisResult<Conn> {
+        match self {
+            Self::Single(client) => {
+                let info = client.get_connection_info().clone();
+                let redis = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(redis::ProtocolVersion::RESP3);
+                let client = redis::Client::open(info.set_redis_settings(redis))?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_push_sender(pushes)
+                    .set_automatic_resubscription();
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
+            }
+            Self::Cluster(nodes) => {
+                let client = cluster_builder(nodes)
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(pushes)
+                    .build()?;
+                Ok(Conn::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+}
+
+fn cluster_builder(nodes: &[ConnectionInfo]) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(nodes.iter().cloned())
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .retries(RETRIES)
+}
+
+fn invalid(what: &'static str) -> RedisError {
+    RedisError::from((ErrorKind::InvalidClientConfig, what))
+}
+
+/// The seed nodes of `[user:password@]host:port,host:port[/db][?query]` (what follows the
+/// scheme): each node gets the userinfo, database and query.
+fn seeds(rest: &str) -> RedisResult<Vec<ConnectionInfo>> {
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let nodes = hosts
+        .split(',')
+        .filter(|h| !h.trim().is_empty())
+        .map(|host| {
+            format!("redis://{userinfo}{}{tail}", host.trim())
+                .into_connection_info()
+                .map_err(|_| invalid("a node of the Redis Cluster URL is not host:port"))
+        })
+        .collect::<RedisResult<Vec<_>>>()?;
+    if nodes.is_empty() {
+        return Err(invalid("the Redis Cluster URL names no node"));
+    }
+    Ok(nodes)
+}
+
+/// A connection to one node or to a cluster, cheap to clone (both multiplex).
+#[derive(Clone)]
+pub enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// A connection to what `url` names (a cluster for `redis+cluster://`), with the store's
+    /// timeouts: for tools and tests that inspect the store directly.
+    pub async fn open(url: &str) -> RedisResult<Self> {
+        Target::parse(url, false)?.connect().await
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
+    /// `WAIT replicas timeout` on the node holding `key`'s slot (on one node: this
+    /// connection, which made the write): how many replicas acknowledged every write this
+    /// connection sent that node so far.
+    pub(super) async fn wait_replicas(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> RedisResult<u64> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(timeout.as_millis() as u64);
+        match self {
+            Self::Single(conn) => cmd.query_async(conn).await,
+            Self::Cluster(conn) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let reply = conn.route_command(cmd, routing).await?;
+                redis::from_redis_value(reply).map_err(Into::into)
+            }
+        }
+    }
+
+    /// Subscribes to a session's live channel: a shard channel on a cluster.
+    pub(super) async fn watch(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Self::Single(conn) => conn.subscribe(channel).await,
+            Self::Cluster(conn) => conn.ssubscribe(channel).await,
+        }
+    }
+
+    pub(super) async fn unwatch(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Self::Single(conn) => conn.unsubscribe(channel).await,
+            Self::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs(target: &Target) -> Vec<String> {
+        match target {
+            Target::Cluster(nodes) => nodes.iter().map(|n| n.addr().to_string()).collect(),
+            Target::Single(_) => vec!["single".into()],
+        }
+    }
+
+    #[test]
+    fn a_cluster_url_names_every_seed_node_with_its_credentials() {
+        let target =
+            Target::parse("redis+cluster://u:pw@10.0.0.1:7000,10.0.0.2:7001", false).unwrap();
+        assert_eq!(addrs(&target), ["10.0.0.1:7000", "10.0.0.2:7001"]);
+        let Target::Cluster(nodes) = target else {
+            unreachable!()
+        };
+        assert!(nodes
+            .iter()
+            .all(|n| n.redis_settings().password() == Some("pw")));
+    }
+
+    #[test]
+    fn a_plain_url_is_one_node_unless_cluster_mode_is_asked_for() {
+        let url = "redis://127.0.0.1:7000";
+        assert_eq!(addrs(&Target::parse(url, false).unwrap()), ["single"]);
+        assert_eq!(
+            addrs(&Target::parse(url, true).unwrap()),
+            ["127.0.0.1:7000"]
+        );
+    }
+
+    #[test]
+    fn a_bad_cluster_url_is_refused_without_quoting_its_password() {
+        for url in [
+            "redis+cluster://u:secret@",
+            "redis+cluster://u:secret@host:notaport",
+        ] {
+            let Err(e) = Target::parse(url, false) else {
+                panic!("{url} was accepted")
+            };
+            assert!(!e.to_string().contains("secret"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! On a Redis Cluster of the test's own (3 primaries with a replica each): a primary killed
+//! with `kill -9` while writes run is replaced by its replica, writes resume, and with
+//! `DSH_REDIS_WAIT_REPLICAS=1` no write the service acknowledged is lost.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::helpers::{spawn_with, TestApp, TestCluster};
+
+/// What one writer had acknowledged: (event id, plan state) of every committed toggle.
+type Acked = Vec<(String, bool)>;
+
+/// Toggles the plan of `sid` until `stop`, keeping what was acknowledged as committed.
+async fn toggle_until(app: Arc<TestApp>, sid: String, stop: Arc<AtomicBool>) -> (Acked, usize) {
+    let (mut acked, mut refused) = (Vec::new(), 0);
+    let mut active = true;
+    while !stop.load(Ordering::Relaxed) {
+        let reply = app.set_plan(&sid, "main", active).await;
+        if reply.status.is_success() {
+            if reply.body["outcome"] == "committed" {
+                let id = reply.body["last_event_id"].as_str().unwrap().to_owned();
+                acked.push((id, active));
+            }
+            active = !active;
+        } else {
+            // The outage: 503 while the slot has no primary, or no replica acknowledges.
+            assert_eq!(reply.status, 503, "{reply:?}");
+            refused += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    (acked, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_during_writes_fails_over_and_no_acknowledged_write_is_lost() {
+    let mut cluster = TestCluster::start(3, 1, 1000).await;
+    let redis = cluster.redis();
+    let app = Arc::new(spawn_with(Some(&redis), "a", |s| s.redis_wait_replicas = 1).await);
+    let mut sessions = Vec::new();
+    for _ in 0..6 {
+        sessions.push(app.create_session().await);
+    }
+    let victim_key = redis.key(&sessions[0]);
+    let victim = cluster.master_of(&victim_key).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = sessions
+        .iter()
+        .map(|sid| tokio::spawn(toggle_until(app.clone(), sid.clone(), stop.clone())))
+        .collect();
+    // Writes are running: the victim's session has acknowledged some.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.events_of_type(&sessions[0], "plan/mode").await.len() < 5 {
+        assert!(Instant::now() < deadline, "no write went through");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    cluster.kill(victim);
+    let promoted = cluster.await_failover(&victim_key, victim).await;
+    // The promoted replica has no replica of its own until the old primary rejoins as one.
+    cluster.restart(victim).await;
+
+    // Writes resume on every session, the failed-over one included.
+    let mut marks = Vec::new();
+    for sid in &sessions {
+        marks.push(app.events_of_type(sid, "plan/mode").await.len());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (sid, mark) in sessions.iter().zip(marks) {
+        while app.events_of_type(sid, "plan/mode").await.len() < mark + 3 {
+            assert!(
+                Instant::now() < deadline,
+                "writes to {sid} did not resume after {victim} failed over to {promoted}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+
+    let mut refused_total = 0;
+    for (sid, writer) in sessions.iter().zip(writers) {
+        let (acked, refused) = writer.await.unwrap();
+        refused_total += refused;
+        let log = app.events(sid).await;
+        for (id, active) in acked {
+            let event = log.iter().find(|e| e["id"] == id.as_str());
+            assert!(
+                event.is_some_and(
+                    |e| e["type"] == "plan/mode" && e["data"] == json!({"active": active})
+                ),
+                "acknowledged write {id} (active: {active}) of {sid} is not in its log: {event:?}"
+            );
+        }
+    }
+    assert!(
+        refused_total > 0,
+        "the outage was never seen: the primary of the written slot was not the one killed"
+    );
+}

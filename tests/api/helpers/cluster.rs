@@ -1,0 +1,271 @@
+//! A Redis Cluster of a test's own (for a test that kills a node): redis-server processes in
+//! cluster mode on free ports, joined by `redis-cli --cluster create`, killed with the test.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use super::{free_port, fresh_prefix, spawn_server, wait_ping, TestRedis};
+
+struct Node {
+    port: u16,
+    child: Option<Child>,
+}
+
+pub struct TestCluster {
+    /// `redis+cluster://…` naming every node.
+    pub url: String,
+    pub prefix: String,
+    dir: PathBuf,
+    node_timeout_ms: u64,
+    nodes: Vec<Node>,
+}
+
+impl TestCluster {
+    /// `masters` primaries with `replicas` replicas each; a primary is failed over once the
+    /// others have not heard from it for `node_timeout_ms`.
+    pub async fn start(masters: usize, replicas: usize, node_timeout_ms: u64) -> Self {
+        let dir = std::env::temp_dir().join(format!("dsh-cluster-{}", fresh_prefix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cluster = Self {
+            url: String::new(),
+            prefix: fresh_prefix(),
+            dir,
+            node_timeout_ms,
+            nodes: Vec::new(),
+        };
+        for _ in 0..masters * (1 + replicas) {
+            // The cluster bus listens on port + 10000.
+            let port = loop {
+                let p = free_port();
+                if p < 55000 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
+                    break p;
+                }
+            };
+            let child = cluster.spawn(port);
+            cluster.nodes.push(Node {
+                port,
+                child: Some(child),
+            });
+        }
+        for node in &cluster.nodes {
+            wait_ping(&format!("redis://127.0.0.1:{}", node.port)).await;
+        }
+        let addrs: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new(std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into()))
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed with redis-server");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        cluster.url = format!("redis+cluster://{}", addrs.join(","));
+        for node in &cluster.nodes {
+            cluster.wait_ok(node.port).await;
+        }
+        cluster.wait_replicas_synced().await;
+        cluster
+    }
+
+    /// Waits until every replica has synchronized with its primary (a `WAIT` before that
+    /// counts no replica).
+    async fn wait_replicas_synced(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+            loop {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut node(n.port).await)
+                    .await
+                    .unwrap_or_default();
+                let replica = info.lines().any(|l| l.trim() == "role:slave");
+                if !replica || info.lines().any(|l| l.trim() == "master_link_status:up") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {} never synchronized",
+                    n.port
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    fn spawn(&self, port: u16) -> Child {
+        let dir = self.dir.join(port.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd =
+            Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()));
+        cmd.current_dir(&dir).args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            &self.node_timeout_ms.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
+        spawn_server(cmd)
+    }
+
+    /// This cluster as the harness's Redis (for `spawn_replica` and the like), under a key
+    /// prefix of its own.
+    pub fn redis(&self) -> TestRedis {
+        TestRedis::shared(self.url.clone(), self.prefix.clone())
+    }
+
+    /// The port of the primary serving `key`'s slot.
+    pub async fn master_of(&self, key: &str) -> u16 {
+        let (port, slot) = self.slot_of(key).await;
+        self.master_of_slot(port, slot)
+            .await
+            .expect("every slot has a primary")
+    }
+
+    /// A running node and the slot of `key`.
+    async fn slot_of(&self, key: &str) -> (u16, u16) {
+        let port = self.live_port();
+        let slot = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut node(port).await)
+            .await
+            .unwrap();
+        (port, slot)
+    }
+
+    /// The primary of `slot` as the node at `port` sees it (not one flagged as failed).
+    async fn master_of_slot(&self, port: u16, slot: u16) -> Option<u16> {
+        let mut conn = node(port).await;
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        nodes.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let flags = fields.get(2)?;
+            if !flags.contains("master") || flags.contains("fail") {
+                return None;
+            }
+            let serves = fields[8..].iter().any(|range| {
+                let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&slot))
+            });
+            let addr = fields.get(1)?.split('@').next()?;
+            serves.then(|| addr.rsplit(':').next()?.parse().ok())?
+        })
+    }
+
+    fn live_port(&self) -> u16 {
+        self.nodes
+            .iter()
+            .find(|n| n.child.is_some())
+            .map(|n| n.port)
+            .expect("a node is running")
+    }
+
+    /// `kill -9` of the node at `port`.
+    pub fn kill(&mut self, port: u16) {
+        let node = self.nodes.iter_mut().find(|n| n.port == port).unwrap();
+        if let Some(mut c) = node.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the node at `port` again with its cluster configuration: it rejoins (a failed
+    /// over primary comes back as a replica of its successor).
+    pub async fn restart(&mut self, port: u16) {
+        let child = self.spawn(port);
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .unwrap()
+            .child = Some(child);
+        self.wait_ok(port).await;
+        self.wait_replicas_synced().await;
+    }
+
+    /// Waits until a node other than `old` is the primary of the slot of `key`, as every
+    /// running node sees it; returns its port.
+    pub async fn await_failover(&self, key: &str, old: u16) -> u16 {
+        let (_, slot) = self.slot_of(key).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut seen = Vec::new();
+            for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+                seen.push(self.master_of_slot(n.port, slot).await);
+            }
+            if let Some(Some(new)) = seen.first().copied() {
+                if new != old && seen.iter().all(|s| *s == Some(new)) {
+                    return new;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "slot {slot} was not failed over: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn wait_ok(&self, port: u16) {
+        wait_ping(&format!("redis://127.0.0.1:{port}")).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut conn = node(port).await;
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            if info.lines().any(|l| l.trim() == "cluster_state:ok") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {port} never saw the cluster ok: {info}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(c) = node.child.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A plain connection to one node.
+async fn node(port: u16) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
