@@ -180,7 +180,7 @@ impl AgentState {
     pub(super) fn evolve(
         &mut self,
         e: &Recorded,
-        questions: &mut imbl::OrdMap<String, QuestionState>,
+        questions: &mut imbl::OrdMap<String, std::sync::Arc<QuestionState>>,
     ) -> Result<(), String> {
         self.history.apply(&e.kind);
         match &e.kind {
@@ -204,7 +204,7 @@ impl AgentState {
                     ));
                 }
                 if let Some(q) = t.waiting_on.take().and_then(|q| questions.get_mut(&q)) {
-                    q.state = QuestionStatus::Aborted;
+                    std::sync::Arc::make_mut(q).state = QuestionStatus::Aborted;
                 }
                 self.turn = None;
             }
@@ -293,13 +293,13 @@ impl AgentState {
                 t.waiting_on = Some(q.id.clone());
                 questions.insert(
                     q.id.clone(),
-                    QuestionState {
+                    std::sync::Arc::new(QuestionState {
                         agent: e.agent.clone(),
                         asked: q.clone(),
                         asked_at: e.id,
                         state: QuestionStatus::Open,
                         answer: None,
-                    },
+                    }),
                 );
             }
             EventKind::QuestionAnswered(QuestionAnswered { id, .. })
@@ -307,6 +307,7 @@ impl AgentState {
                 let q = questions
                     .get_mut(id)
                     .filter(|q| q.agent == e.agent && q.state == QuestionStatus::Open)
+                    .map(std::sync::Arc::make_mut)
                     .ok_or_else(|| format!("question `{id}` is not open"))?;
                 match &e.kind {
                     EventKind::QuestionAnswered(a) => q.record_answer(a)?,
