@@ -140,8 +140,8 @@ async fn a_tenant_wide_stream_follows_only_its_sessions_and_picks_up_new_ones() 
         let sid = sid.to_owned();
         move |f: &Frame| f.event == "session/created" && f.data["session"] == sid.as_str()
     };
-    all.until("s1 created", created(&s1)).await;
-    all.until("s2 created", created(&s2)).await;
+    let creation = |f: &Frame, sid: &str| f.event == "session/created" && f.data["session"] == sid;
+    all.until_each("the creation", &[&s1, &s2], creation).await;
     // A session created after connecting is picked up from its first event.
     let s3 = acme.create_session().await;
     all.until("s3 created", created(&s3)).await;
@@ -234,12 +234,10 @@ async fn a_stream_of_many_sessions_counts_once_against_the_stream_quota() {
         None,
     )
     .await;
-    for sid in [&s1, &s2, &s3] {
-        many.until("its creation", |f| {
-            f.event == "session/created" && f.data["session"] == sid.as_str()
-        })
-        .await;
-    }
+    many.until_each("the creation", &[&s1, &s2, &s3], |f, sid| {
+        f.event == "session/created" && f.data["session"] == sid
+    })
+    .await;
     app.get(&format!("/v1/sessions/{s1}/events"))
         .await
         .assert_problem(429, "stream-quota");
@@ -256,11 +254,9 @@ on_both_stores! {
         let (s1, s2) = (app.create_session().await, app.create_session().await);
         let url = app.url(&format!("/v1/events?sessions={s1},{s2}"));
         let mut first = SseClient::connect(&url, None).await;
-        for sid in [&s1, &s2] {
-            first
-                .until("created", |f| f.event == "session/created" && f.data["session"] == sid.as_str())
-                .await;
-        }
+        first
+            .until_each("the creation", &[&s1, &s2], |f, sid| f.event == "session/created" && f.data["session"] == sid)
+            .await;
         let cursor = first.last_id.clone().expect("frames carry the composite cursor");
         drop(first);
         let gone = app.send(app.client.delete(app.url(&format!("/v1/sessions/{s2}")))).await;

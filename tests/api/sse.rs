@@ -122,6 +122,28 @@ impl SseClient {
         }
     }
 
+    /// Frames until each of `keys` has had a frame matching `pred(frame, key)`, in whatever
+    /// order they come (a stream that merges sessions orders them as they are committed, not
+    /// as listed); panics after 10 s without one.
+    pub async fn until_each(
+        &mut self,
+        what: &str,
+        keys: &[&str],
+        pred: impl Fn(&Frame, &str) -> bool,
+    ) -> Vec<Frame> {
+        let mut waiting: Vec<&str> = keys.to_vec();
+        let mut seen = Vec::new();
+        while !waiting.is_empty() {
+            let frame = self
+                .next(Duration::from_secs(10))
+                .await
+                .unwrap_or_else(|| panic!("no {what} for {waiting:?} in {seen:#?}"));
+            waiting.retain(|key| !pred(&frame, key));
+            seen.push(frame);
+        }
+        seen
+    }
+
     /// Every frame until the server ends the stream.
     pub async fn drain(&mut self) -> Vec<Frame> {
         let mut out = Vec::new();
