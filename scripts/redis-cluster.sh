@@ -73,10 +73,23 @@ start() {
 stop() {
   dir=$1
   [ -f "$dir/ports" ] || return 0
+  local pids=() pid
   for port in $(cat "$dir/ports"); do
-    [ -f "$dir/$port/redis.pid" ] && kill "$(cat "$dir/$port/redis.pid")" 2>/dev/null || true
+    [ -f "$dir/$port/redis.pid" ] || continue
+    pid=$(cat "$dir/$port/redis.pid")
+    kill "$pid" 2>/dev/null && pids+=("$pid")
   done
-  rm -rf "$dir"
+  # A node still shutting down writes nodes.conf into its directory: removing the directory
+  # under it fails ("Directory not empty"). Wait for every node to be gone first.
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  # A leftover file is not worth failing the run that used the cluster over.
+  rm -rf "$dir" 2>/dev/null || { sleep 0.5; rm -rf "$dir" || true; }
 }
 
 case "${1:-}" in
