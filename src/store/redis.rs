@@ -50,7 +50,7 @@ pub struct RedisLog {
     target: Target,
     pub(super) conn: Conn,
     pub(super) prefix: String,
-    append: Script,
+    appender: self::append::Appender,
     delete: Script,
     wait_replicas: u32,
     /// Writes refused for want of memory, shared with the leases.
@@ -80,14 +80,19 @@ impl RedisLog {
             };
             Script::new(&source)
         };
+        let pressure = Arc::<Pressure>::default();
         Ok(Self {
-            append: publish(include_str!("append.lua")),
+            appender: self::append::Appender::start(
+                conn.clone(),
+                publish(include_str!("append.lua")),
+                pressure.clone(),
+            ),
             delete: publish(include_str!("delete.lua")),
             target,
             conn,
             prefix: prefix.to_owned(),
             wait_replicas: options.wait_replicas,
-            pressure: Arc::default(),
+            pressure,
         })
     }
 
