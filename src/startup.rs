@@ -269,7 +269,8 @@ impl Application {
             // are JSON); writes must be JSON; CORS headers go on every answer to an allowed
             // origin, the guard's 415 included; the security headers go on everything; a HEAD
             // runs as its GET from here in (the access line and metrics still say HEAD);
-            // outermost, every request gets its id (and its span, and its access line).
+            // every request gets its id (and its span, and its access line); outermost, a
+            // draining replica closes every connection after its answer.
             App::new()
                 .wrap(from_fn(http::idempotency::keyed_writes))
                 .wrap(from_fn(http::guard::json_writes))
@@ -280,6 +281,7 @@ impl Application {
                 .wrap(from_fn(http::head_as_get))
                 .wrap(from_fn(http::track_requests))
                 .wrap(from_fn(http::request_id::track))
+                .wrap(from_fn(http::close_while_draining))
                 .configure(http::configure(data.clone()))
         })
         .disable_signals()

@@ -293,11 +293,21 @@ async fn a_draining_replica_is_not_ready_and_opens_no_stream_but_still_serves_wr
     let stream = a.app.get(&format!("/v1/sessions/{sid}/events")).await;
     stream.assert_problem(503, "replica-draining");
     assert_eq!(stream.retry_after.as_deref(), Some("1"));
-    // Requests other than new streams are still served until it stops accepting.
+    // Requests other than new streams are still served until it stops accepting, each
+    // closing its connection: a proxy does not keep one to a replica that is leaving.
     assert_eq!(
         a.app.set_plan(&sid, "main", true).await.ok()["outcome"],
         "committed"
     );
+    let res = a
+        .app
+        .client
+        .get(a.app.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["connection"], "close");
     let status = a.child.wait().unwrap();
     assert!(status.success(), "a graceful exit: {status:?}");
 }
