@@ -26,7 +26,17 @@ pub async fn spawn_process_with(
     token_delay_ms: u64,
     env: &[(&str, &str)],
 ) -> Replica {
-    let port = free_port();
+    spawn_process_on(redis, id, free_port(), token_delay_ms, env).await
+}
+
+/// [`spawn_process_with`] listening on `port` (a replica restarted where it was).
+pub async fn spawn_process_on(
+    redis: &TestRedis,
+    id: &str,
+    port: u16,
+    token_delay_ms: u64,
+    env: &[(&str, &str)],
+) -> Replica {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh-plan"));
     cmd.envs(env.iter().copied());
     cmd.env("REDIS_URL", &redis.url)
