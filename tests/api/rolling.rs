@@ -611,6 +611,9 @@ async fn a_rolling_restart_behind_nginx_loses_no_event_no_turn_and_no_write() {
                 .unwrap_or_else(|| panic!("turn {turn} of {sid} did not end"));
             assert_eq!(ended["data"]["reason"], "completed", "{ended}");
         }
+        // A prompt sent again (same Idempotency-Key) was not recorded twice.
+        let prompts = events.iter().filter(|e| e["type"] == "user/message");
+        assert_eq!(prompts.count(), turns[sid].len(), "one message per prompt");
         let (ok, out) = verify(&redis, sid);
         assert!(ok, "{out}");
         logs.insert(sid.clone(), events);
