@@ -62,7 +62,8 @@ impl Nginx {
         let port = free_port();
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, nginx_conf(&dir, port, upstreams)).unwrap();
-        let mut cmd = Command::new(nginx_binary());
+        let bin = nginx_binary();
+        let mut cmd = Command::new(&bin);
         cmd.arg("-p")
             .arg(&dir)
             .arg("-c")
@@ -78,7 +79,9 @@ impl Nginx {
                 Ok(())
             });
         }
-        let child = cmd.spawn().expect("nginx starts");
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} did not start ({e}): {INSTALL_NGINX}", bin.display()));
         let mut nginx = Self { child, dir, port };
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -135,14 +138,12 @@ fn nginx_binary() -> PathBuf {
         .chain([PathBuf::from("/usr/sbin")])
         .map(|dir| dir.join("nginx"))
         .find(|bin| bin.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "nginx is not installed: the rolling-restart test runs Debian's nginx in front of \
-                 the replicas. Install it with `apt-get install nginx` (scripts/test.sh, which \
-                 .ci/run runs, installs it), or point NGINX at an nginx binary."
-            )
-        })
+        .unwrap_or_else(|| panic!("nginx is not installed: {INSTALL_NGINX}"))
 }
+
+const INSTALL_NGINX: &str = "the rolling-restart test runs Debian's nginx in front of the \
+    replicas. Install it with `apt-get install nginx` (scripts/test.sh, which .ci/run runs, \
+    installs it without starting a system nginx), or point NGINX at an nginx binary.";
 
 /// The `{ … }` block that follows `opening` in `text` (braces included).
 fn block<'a>(text: &'a str, opening: &str) -> &'a str {
