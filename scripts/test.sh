@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs what the tests need when it is missing:
+# - nginx (Debian's package; the rolling-restart test starts its own in front of three
+#   replicas, and a system nginx is never started);
 # - redis-server (the Rust harness starts its own on a free port per test; set REDIS_URL to
 #   use an existing server instead, with per-test key prefixes; a test that stops Redis still
 #   starts its own); the integration tests then run a second time on a local 3-primary Redis
@@ -20,6 +22,21 @@ apt_install() {
 }
 
 command -v redis-server >/dev/null 2>&1 || { echo "== installing redis-server"; apt_install redis-server; }
+# Debian's nginx postinst starts a system nginx on port 80; a policy-rc.d that answers 101
+# ("action forbidden") keeps it from starting while it installs (removed after, if ours).
+install_nginx() {
+  local policy=/usr/sbin/policy-rc.d ours=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+    as_root chmod 755 "$policy"
+    ours=1
+  fi
+  local rc=0
+  apt_install nginx || rc=$?
+  [ -z "$ours" ] || as_root rm -f "$policy"
+  return "$rc"
+}
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || { echo "== installing nginx"; install_nginx; }
 command -v node >/dev/null 2>&1 || { echo "== installing nodejs"; apt_install nodejs npm; }
 
 echo "== OpenAPI lint (Redocly, Spectral, swagger-parser; versions pinned in openapi/lint)"

@@ -94,6 +94,23 @@ for directive, why in (
     (r"server\s+dsh:8080", "the upstream is the replicas' service name"),
 ):
     check(re.search(directive, nginx), where, f"{directive}: {why}")
+# A rolling restart without a 502 (deploy/README.md, Draining; tests/api/rolling.rs): nginx lets
+# go of an idle connection before a replica closes it (after its own 5 s idle, or when it stops
+# DSH_DRAIN_DELAY_MS after SIGTERM), and leaves a failed replica out only briefly.
+idle = re.search(r"keepalive_timeout\s+(\d+)s;", nginx)
+drain_ms = int(env.get("DSH_DRAIN_DELAY_MS") or 0)
+check(
+    idle and int(idle.group(1)) * 1000 < min(drain_ms, 5000),
+    where,
+    f"upstream keepalive_timeout shorter than 5 s and than compose's DSH_DRAIN_DELAY_MS "
+    f"({drain_ms} ms): else a POST sent as a replica closes its connection gets 502",
+)
+bench = re.search(r"server\s+dsh:8080[^;]*fail_timeout=(\d+)s", nginx)
+check(
+    bench and int(bench.group(1)) <= 2,
+    where,
+    "fail_timeout of at most 2 s: else mid-restart every replica is left out (502, no live upstreams)",
+)
 
 # --- Dockerfile and .dockerignore -----------------------------------------------------------
 where = "deploy/Dockerfile"

@@ -177,8 +177,10 @@ pub struct Settings {
     pub sse_feed_capacity: usize,
     /// After SIGTERM, how long (ms) the replica keeps serving requests while it is not ready,
     /// before it stops accepting: time for a load balancer that polls `/readyz` to stop sending
-    /// it traffic. Event streams end and turns are handed over at once either way. 0 where the
-    /// platform drains first (Kubernetes' `preStop`).
+    /// it traffic. Event streams end and turns are handed over at once either way. Answers
+    /// meanwhile close their connections: behind a proxy that keeps idle connections, make it
+    /// longer than the proxy's idle timeout, so the proxy lets go of every connection before the
+    /// replica closes them. 0 where the platform drains first (Kubernetes' `preStop`).
     #[arg(long, env = "DSH_DRAIN_DELAY_MS", default_value_t = 0, global = true)]
     pub drain_delay_ms: u64,
     /// The plugin manifest (YAML); unset → the built-in one (plan-mode, commands, questions).

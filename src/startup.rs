@@ -47,6 +47,9 @@ pub struct Application {
     shutdown: tokio::sync::watch::Sender<bool>,
     /// `DSH_DRAIN_DELAY_MS`.
     drain_delay: std::time::Duration,
+    /// The server's listening socket (another handle to it), to stop listening before the
+    /// server stops.
+    listener: TcpListener,
 }
 
 /// Opens the configured store: Redis when a URL is given, else the embedded in-memory log.
@@ -261,6 +264,7 @@ impl Application {
         let listener = TcpListener::bind(&settings.bind)
             .with_context(|| format!("binding {}", settings.bind))?;
         let port = listener.local_addr()?.port();
+        let listening = listener.try_clone()?;
         let data = web::Data::from(state.clone());
         let origins =
             http::cors::parse_origins(&settings.cors_origins).map_err(anyhow::Error::msg)?;
@@ -269,7 +273,8 @@ impl Application {
             // are JSON); writes must be JSON; CORS headers go on every answer to an allowed
             // origin, the guard's 415 included; the security headers go on everything; a HEAD
             // runs as its GET from here in (the access line and metrics still say HEAD);
-            // outermost, every request gets its id (and its span, and its access line).
+            // every request gets its id (and its span, and its access line); outermost, a
+            // draining replica closes every connection after its answer.
             App::new()
                 .wrap(from_fn(http::idempotency::keyed_writes))
                 .wrap(from_fn(http::guard::json_writes))
@@ -280,6 +285,7 @@ impl Application {
                 .wrap(from_fn(http::head_as_get))
                 .wrap(from_fn(http::track_requests))
                 .wrap(from_fn(http::request_id::track))
+                .wrap(from_fn(http::close_while_draining))
                 .configure(http::configure(data.clone()))
         })
         .disable_signals()
@@ -300,6 +306,7 @@ impl Application {
             state,
             shutdown: shutdown_tx,
             drain_delay: std::time::Duration::from_millis(settings.drain_delay_ms),
+            listener: listening,
         })
     }
 
@@ -329,6 +336,7 @@ impl Application {
         let shutdown = self.shutdown;
         let engine = self.state.engine.clone();
         let drain_delay = self.drain_delay;
+        let listener = self.listener;
         tokio::spawn(async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -343,11 +351,36 @@ impl Application {
             let _ = shutdown.send(true);
             engine.stop(HANDOFF_GRACE).await;
             tokio::time::sleep(drain_delay).await;
+            stop_listening(&handle, &listener).await;
             handle.stop(true).await;
         });
         self.server.await
     }
 }
+
+/// Closes the listening socket while the server still serves, then gives the connections
+/// it accepted [`LAST_ANSWERS`] to be answered. A stopping server drops an accepted
+/// connection whose request has not started yet; a proxy that sent a POST on it cannot retry
+/// it elsewhere (nginx answers 502). A connection refused by a closed listener carried no
+/// request, so a proxy sends it to another replica whatever its method.
+async fn stop_listening(handle: &ServerHandle, listener: &TcpListener) {
+    use std::os::fd::AsRawFd;
+    // Not accepting first (so the acceptor is not woken by the socket it loses), then not
+    // listening: connections that arrive are refused, not queued for an acceptor that stopped.
+    handle.pause().await;
+    // SAFETY: shutdown(2) on a socket this process owns; a failure leaves it listening, and the
+    // server's stop closes it as before.
+    if unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RD) } != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::warn!(error = %e, "could not stop listening ahead of the stop");
+        return;
+    }
+    tokio::time::sleep(LAST_ANSWERS).await;
+}
+
+/// How long connections accepted before the listener closed get to have their request
+/// started, before the server stops (requests in flight then still get up to 5 s).
+const LAST_ANSWERS: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// How long a stopping replica waits for its turn runners to hand their turns over.
 const HANDOFF_GRACE: std::time::Duration = std::time::Duration::from_secs(3);

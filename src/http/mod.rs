@@ -38,6 +38,7 @@ pub use auth::authenticate;
 pub use error::{ApiError, Code, Problem};
 pub use methods::head_as_get;
 pub use metrics::track as track_requests;
+pub use system::close_while_draining;
 
 /// What every handler shares.
 pub struct AppState {

@@ -194,3 +194,39 @@ pub async fn metrics(state: State) -> actix_web::HttpResponse {
         .content_type("text/plain; version=0.0.4")
         .body(body)
 }
+
+/// While the replica drains (SIGTERM), every answer closes its connection
+/// (`Connection: close`), so a proxy retires each connection after its exchange instead of
+/// keeping it for the next request. When the replica stops, the connections it closes are then
+/// only the ones the proxy left idle (which a proxy whose keep-alive is shorter than the drain,
+/// as deploy/nginx.conf's, has closed by then): never one the proxy may just have sent a
+/// request on, which it could not retry if it is a POST (nginx answers 502).
+pub async fn close_while_draining(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    use actix_web::http::ConnectionType;
+    let state = req
+        .app_data::<actix_web::web::Data<super::AppState>>()
+        .cloned();
+    let draining = move || state.as_ref().is_some_and(|s| s.draining());
+    match next.call(req).await {
+        Ok(mut res) => {
+            if draining() {
+                res.response_mut()
+                    .head_mut()
+                    .set_connection_type(ConnectionType::Close);
+            }
+            Ok(res)
+        }
+        Err(mut err) => {
+            if draining() {
+                err.add_response_mapper(|mut res| {
+                    res.head_mut().set_connection_type(ConnectionType::Close);
+                    res
+                });
+            }
+            Err(err)
+        }
+    }
+}

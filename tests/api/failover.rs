@@ -26,7 +26,17 @@ pub async fn spawn_process_with(
     token_delay_ms: u64,
     env: &[(&str, &str)],
 ) -> Replica {
-    let port = free_port();
+    spawn_process_on(redis, id, free_port(), token_delay_ms, env).await
+}
+
+/// [`spawn_process_with`] listening on `port` (a replica restarted where it was).
+pub async fn spawn_process_on(
+    redis: &TestRedis,
+    id: &str,
+    port: u16,
+    token_delay_ms: u64,
+    env: &[(&str, &str)],
+) -> Replica {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh-plan"));
     cmd.envs(env.iter().copied());
     cmd.env("REDIS_URL", &redis.url)
@@ -293,11 +303,21 @@ async fn a_draining_replica_is_not_ready_and_opens_no_stream_but_still_serves_wr
     let stream = a.app.get(&format!("/v1/sessions/{sid}/events")).await;
     stream.assert_problem(503, "replica-draining");
     assert_eq!(stream.retry_after.as_deref(), Some("1"));
-    // Requests other than new streams are still served until it stops accepting.
+    // Requests other than new streams are still served until it stops accepting, each
+    // closing its connection: a proxy does not keep one to a replica that is leaving.
     assert_eq!(
         a.app.set_plan(&sid, "main", true).await.ok()["outcome"],
         "committed"
     );
+    let res = a
+        .app
+        .client
+        .get(a.app.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["connection"], "close");
     let status = a.child.wait().unwrap();
     assert!(status.success(), "a graceful exit: {status:?}");
 }
