@@ -6,8 +6,9 @@ use utoipa::ToSchema;
 
 use super::event::{
     EventKind, Intent, OptionKind, QuestionAnswered, QuestionAsked, QuestionDismissed,
-    QuestionOption,
+    QuestionOption, RevisionRef,
 };
+use super::plan::revisions::Named;
 use super::session::{DomainError, SessionState};
 use super::{AgentId, EventId, NewEvent};
 
@@ -51,6 +52,10 @@ pub struct QuestionView {
     /// The event that asked it.
     #[schema(value_type = String, example = "7-0")]
     pub asked_at: EventId,
+    /// For a plan review: the plan revision it decides (`GET …/agents/{agent}/plans/{number}`);
+    /// name it in the answer (`revision`, or `If-Match` with the digest) to decide exactly it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<RevisionRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<Answer>,
 }
@@ -82,6 +87,8 @@ pub struct Reply {
     pub option: Option<String>,
     pub label: Option<String>,
     pub text: Option<String>,
+    /// The plan revision the answer says it decides.
+    pub revision: Named,
 }
 
 impl QuestionState {
@@ -97,6 +104,7 @@ impl QuestionState {
             options: q.options.clone(),
             allow_text: q.allow_text,
             asked_at: self.asked_at,
+            revision: q.revision.clone(),
             answer: self.answer.as_ref().map(|a| Answer {
                 option: a.option.clone(),
                 label: a.label.clone(),
@@ -113,8 +121,7 @@ impl QuestionState {
 
     /// The kind of the option the answer chose (`None`: text only, or not answered).
     pub fn chosen_kind(&self) -> Option<OptionKind> {
-        let answer = self.answer.as_ref()?;
-        Some(self.option(answer.option.as_deref()?)?.kind)
+        super::event::options::chosen_kind(&self.asked.options, self.answer.as_ref()?)
     }
 
     /// Records an answer, naming its option by id. An answer from a log older than option ids
@@ -161,6 +168,22 @@ impl SessionState {
         Ok(q)
     }
 
+    /// Refuses a decision on `q` that names another plan revision than the one `q` decides:
+    /// a review decides exactly one revision, the one it was asked for, and a client that read
+    /// another plan must not decide this one.
+    fn check_revision(&self, q: &QuestionState, named: &Named) -> Result<(), DomainError> {
+        let agent = self.agents.get(&q.agent);
+        let decides = agent.and_then(|a| a.revisions.of_question(&q.asked.id));
+        if named.matches(decides.map(|r| &**r)) {
+            return Ok(());
+        }
+        Err(DomainError::RevisionSuperseded {
+            question: q.asked.id.clone(),
+            decides: decides.map(|r| (r.number, r.digest.clone())),
+            named: named.describe(),
+        })
+    }
+
     /// Answers an open question with one of its options (by id, or by label, the deprecated
     /// alias), free text, or both. The answer records the option's id and its label as offered.
     pub fn decide_answer(
@@ -170,6 +193,7 @@ impl SessionState {
         by: Option<String>,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
         let q = self.open_question(id)?;
+        self.check_revision(q, &reply.revision)?;
         let text = reply.text.filter(|t| !t.trim().is_empty());
         let by_label = |label: &str| {
             q.asked
@@ -215,13 +239,16 @@ impl SessionState {
         Ok((q.agent.clone(), vec![NewEvent::new(&q.agent, answer)]))
     }
 
-    /// Dismisses an open question (the user closed it to talk instead).
+    /// Dismisses an open question (the user closed it to talk instead), if it decides the plan
+    /// revision `named` names.
     pub fn decide_dismiss(
         &self,
         id: &str,
+        named: &Named,
         by: Option<String>,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
         let q = self.open_question(id)?;
+        self.check_revision(q, named)?;
         let event = EventKind::QuestionDismissed(QuestionDismissed {
             id: id.to_owned(),
             by,
