@@ -127,7 +127,7 @@ impl LiveStream {
                 agent,
                 view,
             }));
-            (views, OpenReviews::at_head(head))
+            (views, OpenReviews::at_head(head, cursor < head.seq))
         });
         Self {
             sid: sid.clone(),

@@ -248,35 +248,45 @@ on_both_stores! {
 }
 
 #[tokio::test]
-async fn a_plan_revision_frame_follows_each_submission_and_decision() {
+async fn a_plan_revision_frame_follows_each_submission_and_decision_also_on_a_resumed_stream() {
     let app = spawn_replica(None, "a").await;
     let sid = app.create_session().await;
     let url = app.url(&format!("/v1/sessions/{sid}/events?types=plan/revision"));
-    let mut sub = SseClient::connect(&url, None).await;
+    let mut live = SseClient::connect(&url, None).await;
     let (turn, revised) = one_keep_planning_round(&app, &sid).await;
     app.answer(&sid, qid(&revised), json!({"option": "approve"}))
         .await
         .ok();
     app.await_turn_end(&sid, &turn).await;
-    let frames = sub
-        .until("the approval", |f| f.data["data"]["status"] == "approved")
-        .await;
-    let seen: Vec<(u64, &str)> = frames
-        .iter()
-        .map(|f| {
-            let d = &f.data["data"];
-            (d["number"].as_u64().unwrap(), d["status"].as_str().unwrap())
+    plan_and_await_review(&app, &sid, "and the signup bug").await;
+    app.cancel(&sid, "main").await.ok();
+    let frames = live
+        .until("the cancelled review", |f| {
+            f.data["data"]["status"] == "unavailable"
         })
-        .collect();
-    assert_eq!(
-        seen,
-        [
-            (1, "pending"),
-            (1, "revising"),
-            (2, "pending"),
-            (2, "approved")
-        ]
-    );
+        .await;
+    let seen = |frames: &[crate::sse::Frame]| -> Vec<(u64, String)> {
+        frames
+            .iter()
+            .map(|f| {
+                let d = &f.data["data"];
+                (
+                    d["number"].as_u64().unwrap(),
+                    d["status"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let expected = [
+        (1, "pending"),
+        (1, "revising"),
+        (2, "pending"),
+        (2, "approved"),
+        (3, "pending"),
+        (3, "unavailable"),
+    ];
+    let expected: Vec<(u64, String)> = expected.iter().map(|(n, s)| (*n, s.to_string())).collect();
+    assert_eq!(seen(&frames), expected);
     assert_eq!(frames[1].data["data"]["feedback"], "Also cover SSO logins.");
     assert_eq!(frames[2].data["data"]["question"], revised["id"]);
     assert_eq!(
@@ -286,4 +296,21 @@ async fn a_plan_revision_frame_follows_each_submission_and_decision() {
     assert!(frames
         .iter()
         .all(|f| f.id.is_some() && f.data["agent"] == "main"));
+
+    // A client resuming from its first event reads the same frames, judged from the log.
+    let mut resumed = SseClient::connect(&url, Some("1-0")).await;
+    let again = resumed
+        .until("the cancelled review", |f| {
+            f.data["data"]["status"] == "unavailable"
+        })
+        .await;
+    assert_eq!(seen(&again), expected);
+    let ids =
+        |frames: &[crate::sse::Frame]| frames.iter().map(|f| f.id.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&again),
+        ids(&frames),
+        "each names the event that made it"
+    );
+    assert_eq!(again[1].data["data"], frames[1].data["data"]);
 }
