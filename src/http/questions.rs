@@ -263,6 +263,7 @@ pub async fn answer(
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
+    guard_question(&state, &caller, &sid, &qid).await?;
     let AnswerBody {
         option,
         label,
@@ -270,7 +271,6 @@ pub async fn answer(
         revision,
     } = body.into_inner();
     let revision = named(&req, revision)?;
-    guard_question(&state, &caller, &sid, &qid).await?;
     let by = caller.principal();
     let reply = Reply {
         option,
@@ -308,8 +308,8 @@ pub async fn dismiss(
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
-    let revision = named(&req, None)?;
     guard_question(&state, &caller, &sid, &qid).await?;
+    let revision = named(&req, None)?;
     let by = caller.principal();
     let id = qid.clone();
     let decide =
