@@ -175,6 +175,12 @@ async fn a_stale_revision_answer_from_a_second_replica_is_refused_and_appends_no
     b.send(stale_dismiss.json(&json!({})))
         .await
         .assert_problem(409, "revision-superseded");
+    for bad in [json!(0), json!(-1), json!("2")] {
+        let body = json!({"option": "approve", "revision": bad});
+        b.answer(&sid, qid(&revised), body)
+            .await
+            .assert_problem(422, "invalid-body");
+    }
     assert_eq!(
         b.events(&sid).await.len(),
         before,
