@@ -200,6 +200,7 @@ impl Named {
             parts.push(format!("revision {n}"));
         }
         match self.digests.as_deref() {
+            Some([]) => parts.push("an If-Match without a strong digest".into()),
             Some([one]) => parts.push(format!("digest {}", shown(one))),
             Some(many) => parts.push(format!(
                 "digests {}",
