@@ -154,11 +154,14 @@ fn shown(s: &str) -> String {
 }
 
 impl SessionState {
-    fn open_question(&self, id: &str) -> Result<&QuestionState, DomainError> {
+    /// The open question `id`, once any plan revision the decision names is checked: a
+    /// decision that names one is refused as superseded before it could be refused as late.
+    fn open_question(&self, id: &str, named: &Named) -> Result<&QuestionState, DomainError> {
         let q = self
             .questions
             .get(id)
             .ok_or_else(|| DomainError::QuestionNotFound(id.to_owned()))?;
+        self.check_revision(q, named)?;
         if q.state != QuestionStatus::Open {
             return Err(DomainError::QuestionClosed {
                 id: id.to_owned(),
@@ -168,18 +171,25 @@ impl SessionState {
         Ok(q)
     }
 
-    /// Refuses a decision on `q` that names another plan revision than the one `q` decides:
-    /// a review decides exactly one revision, the one it was asked for, and a client that read
-    /// another plan must not decide this one.
+    /// Refuses a decision on `q` that names a plan revision (by number or digest) unless it is
+    /// the one `q` decides and that is still the agent's latest: a review decides exactly one
+    /// revision, and a client that read another plan, or one a newer submission superseded,
+    /// must not decide it. A decision that names none is not checked.
     fn check_revision(&self, q: &QuestionState, named: &Named) -> Result<(), DomainError> {
-        let agent = self.agents.get(&q.agent);
-        let decides = agent.and_then(|a| a.revisions.of_question(&q.asked.id));
-        if named.matches(decides.map(|r| &**r)) {
+        if named.is_empty() {
+            return Ok(());
+        }
+        let revisions = self.agents.get(&q.agent).map(|a| &a.revisions);
+        let decides = revisions.and_then(|r| r.of_question(&q.asked.id));
+        let latest = revisions.and_then(|r| r.latest()).map(|r| r.number);
+        let current = decides.is_some_and(|r| Some(r.number) == latest);
+        if current && named.matches(decides.map(|r| &**r)) {
             return Ok(());
         }
         Err(DomainError::RevisionSuperseded {
             question: q.asked.id.clone(),
             decides: decides.map(|r| (r.number, r.digest.clone())),
+            latest: latest.filter(|_| !current),
             named: named.describe(),
         })
     }
@@ -192,8 +202,7 @@ impl SessionState {
         reply: Reply,
         by: Option<String>,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
-        let q = self.open_question(id)?;
-        self.check_revision(q, &reply.revision)?;
+        let q = self.open_question(id, &reply.revision)?;
         let text = reply.text.filter(|t| !t.trim().is_empty());
         let by_label = |label: &str| {
             q.asked
@@ -247,8 +256,7 @@ impl SessionState {
         named: &Named,
         by: Option<String>,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
-        let q = self.open_question(id)?;
-        self.check_revision(q, named)?;
+        let q = self.open_question(id, named)?;
         let event = EventKind::QuestionDismissed(QuestionDismissed {
             id: id.to_owned(),
             by,

@@ -86,14 +86,17 @@ pub enum DomainError {
     ChangedDuringCompaction,
     #[error("this session already has {max} agents, the most a session may have")]
     AgentLimit { max: usize },
-    #[error("{}", match decides {
-        Some((n, digest)) => format!("question `{question}` decides plan revision {n} ({digest}), not {named}: the plan changed since you read it"),
-        None => format!("question `{question}` decides no plan revision, so it cannot be answered naming {named}"),
+    #[error("{}", match (decides, latest) {
+        (Some((n, digest)), Some(latest)) => format!("question `{question}` decides plan revision {n} ({digest}), which revision {latest} superseded: the plan changed since you read it"),
+        (Some((n, digest)), None) => format!("question `{question}` decides plan revision {n} ({digest}), not {named}: the plan changed since you read it"),
+        (None, _) => format!("question `{question}` decides no plan revision, so it cannot be answered naming {named}"),
     })]
     RevisionSuperseded {
         question: String,
         /// The number and digest of the revision the question decides, if it decides one.
         decides: Option<(u32, String)>,
+        /// The agent's latest revision, when a newer one superseded the question's.
+        latest: Option<u32>,
         named: String,
     },
 }

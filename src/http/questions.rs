@@ -236,8 +236,9 @@ fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, 
 ///
 /// A plan review decides exactly one plan revision (`revision` in the question, `GET …/plans`).
 /// Name it with `revision` or `If-Match: "<digest>"` and the answer is refused with 409
-/// `revision-superseded` (appending nothing) unless that is the revision this review decides:
-/// two reviewers can never decide a plan one of them did not see.
+/// `revision-superseded` (appending nothing) unless that is the revision this review decides
+/// and no newer submission superseded it (checked before `question-closed`): two reviewers can
+/// never decide a plan one of them did not see.
 #[utoipa::path(
     tag = "questions",
     operation_id = "answerQuestion",

@@ -175,6 +175,14 @@ async fn a_stale_revision_answer_from_a_second_replica_is_refused_and_appends_no
     b.send(stale_dismiss.json(&json!({})))
         .await
         .assert_problem(409, "revision-superseded");
+    // The review of revision 1, answered already: naming its revision says it was superseded.
+    let first = stale["question"].as_str().unwrap();
+    let body = json!({"option": "approve", "revision": 1});
+    let detail = b
+        .answer(&sid, first, body)
+        .await
+        .assert_problem(409, "revision-superseded");
+    assert!(detail.contains("which revision 2 superseded"), "{detail}");
     for bad in [json!(0), json!(-1), json!("2")] {
         let body = json!({"option": "approve", "revision": bad});
         b.answer(&sid, qid(&revised), body)

@@ -561,8 +561,9 @@ export interface paths {
          *
          *     A plan review decides exactly one plan revision (`revision` in the question, `GET …/plans`).
          *     Name it with `revision` or `If-Match: "<digest>"` and the answer is refused with 409
-         *     `revision-superseded` (appending nothing) unless that is the revision this review decides:
-         *     two reviewers can never decide a plan one of them did not see.
+         *     `revision-superseded` (appending nothing) unless that is the revision this review decides
+         *     and no newer submission superseded it (checked before `question-closed`): two reviewers can
+         *     never decide a plan one of them did not see.
          */
         post: operations["answerQuestion"];
         delete?: never;
@@ -7784,7 +7785,7 @@ export interface operations {
              *     - `question-closed`: The question was already answered or dismissed: the first answer wins and nothing is appended.
              *     - `idempotency-key-in-use`: A request with this `Idempotency-Key` is still running: retry after `Retry-After` to get its answer.
              *     - `already-applied`: A retry of a request that was applied already and whose answer can no longer be rebuilt (the log was compacted since): read the resource to see its state.
-             *     - `revision-superseded`: The decision names another plan revision (`revision` in the body, or `If-Match` with a digest) than the one the review decides: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.
+             *     - `revision-superseded`: The decision names a plan revision (`revision` in the body, or `If-Match` with a digest) that is not the one the review decides, or one a newer submission superseded: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.
              */
             409: {
                 headers: {
@@ -8082,7 +8083,7 @@ export interface operations {
              *     - `question-closed`: The question was already answered or dismissed: the first answer wins and nothing is appended.
              *     - `idempotency-key-in-use`: A request with this `Idempotency-Key` is still running: retry after `Retry-After` to get its answer.
              *     - `already-applied`: A retry of a request that was applied already and whose answer can no longer be rebuilt (the log was compacted since): read the resource to see its state.
-             *     - `revision-superseded`: The decision names another plan revision (`revision` in the body, or `If-Match` with a digest) than the one the review decides: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.
+             *     - `revision-superseded`: The decision names a plan revision (`revision` in the body, or `If-Match` with a digest) that is not the one the review decides, or one a newer submission superseded: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.
              */
             409: {
                 headers: {

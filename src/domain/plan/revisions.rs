@@ -181,6 +181,11 @@ pub struct Named {
 }
 
 impl Named {
+    /// Whether the decision names no revision at all.
+    pub fn is_empty(&self) -> bool {
+        self.number.is_none() && self.digests.is_none()
+    }
+
     /// Whether `decides` (the revision a review decides, if it decides one) is the one named.
     pub fn matches(&self, decides: Option<&Revision>) -> bool {
         let number = self

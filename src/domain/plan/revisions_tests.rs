@@ -168,6 +168,34 @@ fn a_decision_naming_another_revision_than_its_reviews_is_refused() {
     decide(&mut s, &q1, option("keep_planning", Some("More.")));
     let q2 = submit(&mut s, 2, "# Plan 2");
     let current = digest("# Plan 2");
+    // The closed review of revision 1: naming it says it was superseded, not just answered.
+    let named_1 = Named {
+        number: Some(1),
+        digests: None,
+    };
+    let reply = Reply {
+        revision: named_1,
+        ..option("approve", None)
+    };
+    let err = s.decide_answer(&q1, reply, None).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            DomainError::RevisionSuperseded {
+                latest: Some(2),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("which revision 2 superseded"),
+        "{err}"
+    );
+    assert!(matches!(
+        s.decide_answer(&q1, option("approve", None), None),
+        Err(DomainError::QuestionClosed { .. })
+    ));
     let stale = Named {
         number: Some(1),
         digests: None,

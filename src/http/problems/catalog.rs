@@ -62,7 +62,7 @@ pub fn describe(code: Code) -> (&'static str, &'static str) {
             "agent `main` has no plan revision 7",
         ),
         RevisionSuperseded => (
-            "The decision names another plan revision (`revision` in the body, or `If-Match` with a digest) than the one the review decides: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.",
+            "The decision names a plan revision (`revision` in the body, or `If-Match` with a digest) that is not the one the review decides, or one a newer submission superseded: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.",
             "question `plan-review-31` decides plan revision 3 (sha256:5e1d…), not revision 2: the plan changed since you read it",
         ),
         CursorOutOfRange => (
