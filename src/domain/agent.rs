@@ -17,6 +17,7 @@ use super::event::{
 };
 use super::history::History;
 use super::ids::AgentId;
+use super::plan::revisions::Revisions;
 use super::plan::PlanRecord;
 use super::questions::{QuestionState, QuestionStatus};
 use super::Recorded;
@@ -55,6 +56,8 @@ pub struct AgentState {
     /// The plan state described by this agent's last `step/started` header.
     pub last_header_plan: Option<bool>,
     pub history: History,
+    /// Its plan revisions, folded from its reviews.
+    pub revisions: Revisions,
 }
 
 /// An open turn, as far as the log has got.
@@ -123,6 +126,7 @@ impl AgentState {
             turn: None,
             last_header_plan: None,
             history: History::default(),
+            revisions: Revisions::default(),
         }
     }
 
@@ -326,7 +330,12 @@ impl AgentState {
             }
             other => self.plan.evolve(other),
         }
-        Ok(())
+        let step = self
+            .turn
+            .as_ref()
+            .and_then(|t| t.step.as_ref())
+            .map(|s| s.step);
+        self.revisions.evolve(e, questions, step)
     }
 }
 

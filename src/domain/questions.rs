@@ -6,8 +6,9 @@ use utoipa::ToSchema;
 
 use super::event::{
     EventKind, Intent, OptionKind, QuestionAnswered, QuestionAsked, QuestionDismissed,
-    QuestionOption,
+    QuestionOption, RevisionRef,
 };
+use super::plan::revisions::Named;
 use super::session::{DomainError, SessionState};
 use super::{AgentId, EventId, NewEvent};
 
@@ -51,6 +52,10 @@ pub struct QuestionView {
     /// The event that asked it.
     #[schema(value_type = String, example = "7-0")]
     pub asked_at: EventId,
+    /// For a plan review: the plan revision it decides (`GET …/agents/{agent}/plans/{number}`);
+    /// name it in the answer (`revision`, or `If-Match` with the digest) to decide exactly it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<RevisionRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<Answer>,
 }
@@ -82,6 +87,8 @@ pub struct Reply {
     pub option: Option<String>,
     pub label: Option<String>,
     pub text: Option<String>,
+    /// The plan revision the answer says it decides.
+    pub revision: Named,
 }
 
 impl QuestionState {
@@ -97,6 +104,7 @@ impl QuestionState {
             options: q.options.clone(),
             allow_text: q.allow_text,
             asked_at: self.asked_at,
+            revision: q.revision.clone(),
             answer: self.answer.as_ref().map(|a| Answer {
                 option: a.option.clone(),
                 label: a.label.clone(),
@@ -113,8 +121,7 @@ impl QuestionState {
 
     /// The kind of the option the answer chose (`None`: text only, or not answered).
     pub fn chosen_kind(&self) -> Option<OptionKind> {
-        let answer = self.answer.as_ref()?;
-        Some(self.option(answer.option.as_deref()?)?.kind)
+        super::event::options::chosen_kind(&self.asked.options, self.answer.as_ref()?)
     }
 
     /// Records an answer, naming its option by id. An answer from a log older than option ids
@@ -147,11 +154,14 @@ fn shown(s: &str) -> String {
 }
 
 impl SessionState {
-    fn open_question(&self, id: &str) -> Result<&QuestionState, DomainError> {
+    /// The open question `id`, once any plan revision the decision names is checked: a
+    /// decision that names one is refused as superseded before it could be refused as late.
+    fn open_question(&self, id: &str, named: &Named) -> Result<&QuestionState, DomainError> {
         let q = self
             .questions
             .get(id)
             .ok_or_else(|| DomainError::QuestionNotFound(id.to_owned()))?;
+        self.check_revision(q, named)?;
         if q.state != QuestionStatus::Open {
             return Err(DomainError::QuestionClosed {
                 id: id.to_owned(),
@@ -159,6 +169,29 @@ impl SessionState {
             });
         }
         Ok(q)
+    }
+
+    /// Refuses a decision on `q` that names a plan revision (by number or digest) unless it is
+    /// the one `q` decides and that is still the agent's latest: a review decides exactly one
+    /// revision, and a client that read another plan, or one a newer submission superseded,
+    /// must not decide it. A decision that names none is not checked.
+    fn check_revision(&self, q: &QuestionState, named: &Named) -> Result<(), DomainError> {
+        if named.is_empty() {
+            return Ok(());
+        }
+        let revisions = self.agents.get(&q.agent).map(|a| &a.revisions);
+        let decides = revisions.and_then(|r| r.of_question(&q.asked.id));
+        let latest = revisions.and_then(|r| r.latest()).map(|r| r.number);
+        let current = decides.is_some_and(|r| Some(r.number) == latest);
+        if current && named.matches(decides.map(|r| &**r)) {
+            return Ok(());
+        }
+        Err(DomainError::RevisionSuperseded {
+            question: q.asked.id.clone(),
+            decides: decides.map(|r| (r.number, r.digest.clone())),
+            latest: latest.filter(|_| !current),
+            named: named.describe(),
+        })
     }
 
     /// Answers an open question with one of its options (by id, or by label, the deprecated
@@ -169,7 +202,7 @@ impl SessionState {
         reply: Reply,
         by: Option<String>,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
-        let q = self.open_question(id)?;
+        let q = self.open_question(id, &reply.revision)?;
         let text = reply.text.filter(|t| !t.trim().is_empty());
         let by_label = |label: &str| {
             q.asked
@@ -215,13 +248,15 @@ impl SessionState {
         Ok((q.agent.clone(), vec![NewEvent::new(&q.agent, answer)]))
     }
 
-    /// Dismisses an open question (the user closed it to talk instead).
+    /// Dismisses an open question (the user closed it to talk instead), if it decides the plan
+    /// revision `named` names.
     pub fn decide_dismiss(
         &self,
         id: &str,
+        named: &Named,
         by: Option<String>,
     ) -> Result<(AgentId, Vec<NewEvent>), DomainError> {
-        let q = self.open_question(id)?;
+        let q = self.open_question(id, named)?;
         let event = EventKind::QuestionDismissed(QuestionDismissed {
             id: id.to_owned(),
             by,

@@ -15,6 +15,7 @@ use super::event::{AgentSnapshot, AgentSpawned, EventKind, ForkOrigin, NewEvent,
 use super::event::{SessionCompacted, SessionCreated};
 use super::history::History;
 use super::ids::{AgentId, EventId, SessionId};
+use super::plan::revisions::{is_review, Revisions};
 use super::plan::{decide_set, Outcome, PlanProjection, PlanRecord, PlanView};
 use super::questions::QuestionState;
 
@@ -85,6 +86,19 @@ pub enum DomainError {
     ChangedDuringCompaction,
     #[error("this session already has {max} agents, the most a session may have")]
     AgentLimit { max: usize },
+    #[error("{}", match (decides, latest) {
+        (Some((n, digest)), Some(latest)) => format!("question `{question}` decides plan revision {n} ({digest}), which revision {latest} superseded: the plan changed since you read it"),
+        (Some((n, digest)), None) => format!("question `{question}` decides plan revision {n} ({digest}), not {named}: the plan changed since you read it"),
+        (None, _) => format!("question `{question}` decides no plan revision, so it cannot be answered naming {named}"),
+    })]
+    RevisionSuperseded {
+        question: String,
+        /// The number and digest of the revision the question decides, if it decides one.
+        decides: Option<(u32, String)>,
+        /// The agent's latest revision, when a newer one superseded the question's.
+        latest: Option<u32>,
+        named: String,
+    },
 }
 
 impl SessionState {
@@ -184,7 +198,9 @@ impl SessionState {
                 agent.evolve(e, questions).map_err(fail)?;
                 self.bytes += agent.history.bytes().saturating_sub(before);
                 if let EventKind::QuestionAsked(q) = kind {
-                    self.bytes += q.detail.len();
+                    // A review's revision keeps its own copy of the plan.
+                    let copies = if is_review(q) { 2 } else { 1 };
+                    self.bytes += q.detail.len() * copies;
                 }
             }
         }
@@ -205,12 +221,15 @@ impl SessionState {
             };
             state.last_header_plan = a.last_header_plan;
             state.history = History::restore(&a.history);
+            state.revisions = Revisions::restore(&a.revisions);
             self.bytes += state.history.bytes();
+            self.bytes += a.revisions.iter().map(|r| r.text.len()).sum::<usize>();
             self.agents.insert(a.id.clone(), Arc::new(state));
         }
     }
 
-    /// The snapshot of every agent, with the given provider history per agent.
+    /// The snapshot of every agent, with the given provider history per agent. `keep_pending`
+    /// (compaction) keeps pending choices and open reviews; a fork carries neither.
     pub fn snapshot(
         &self,
         mut history: impl FnMut(&AgentId) -> Vec<serde_json::Value>,
@@ -229,6 +248,7 @@ impl SessionState {
                 },
                 last_header_plan: a.last_header_plan,
                 history: history(id),
+                revisions: a.revisions.snapshot(keep_pending),
             })
             .collect()
     }

@@ -22,6 +22,7 @@ use super::event::{
 };
 use super::history::{History, Message};
 use super::plan::review::{review, ReviewStep};
+use super::plan::revisions::Revision;
 use super::plan::{decide_prestep, EXIT_TOOL};
 use super::session::{DomainError, SessionState};
 use super::{AgentId, NewEvent};
@@ -64,6 +65,10 @@ pub struct TurnRules {
 }
 
 type Decision<T> = Result<(T, Vec<NewEvent>), DomainError>;
+
+/// Request assembly for a step: its plan state, the agent's latest approved plan revision and
+/// the history it sends.
+pub type FrameStep = dyn Fn(bool, Option<&Revision>, &imbl::Vector<Message>) -> Framed;
 
 impl SessionState {
     /// What `agent`'s turn `turn` does next.
@@ -157,7 +162,8 @@ impl SessionState {
 
     /// The pre-step and step `step` (DESIGN §2): commit the pending choice, notify if the plan
     /// state differs from the last header, freeze the request (`frame` assembles it from the
-    /// plan state and the history the step sends) and record its header — one append.
+    /// plan state, the agent's latest approved plan revision and the history the step sends)
+    /// and record its header — one append.
     pub fn decide_step(
         &self,
         agent: &AgentId,
@@ -165,7 +171,7 @@ impl SessionState {
         step: u32,
         rules: TurnRules,
         replica: &str,
-        frame: &dyn Fn(bool, &imbl::Vector<Message>) -> Framed,
+        frame: &FrameStep,
     ) -> Decision<Option<StepRequest>> {
         if self.next(agent, turn, rules) != (Next::NewStep { step }) {
             return Ok((None, Vec::new()));
@@ -176,7 +182,11 @@ impl SessionState {
         for e in &plan_events {
             history.apply(e);
         }
-        let framed = frame(active, history.messages());
+        let framed = frame(
+            active,
+            a.revisions.approved().map(|r| &**r),
+            history.messages(),
+        );
         let mut events: Vec<NewEvent> = plan_events
             .into_iter()
             .map(|k| NewEvent::new(agent, k))
@@ -345,4 +355,4 @@ fn unique_call_ids(calls: Vec<ToolCall>, turn: &str, step: u32) -> Vec<ToolCall>
 
 #[cfg(test)]
 #[path = "turn_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -10,9 +10,9 @@ use crate::domain::questions::Reply;
 use crate::domain::session::decide_create;
 use crate::domain::{EventId, FoldError, Recorded};
 
-const TURN: &str = "turn-1";
+pub(crate) const TURN: &str = "turn-1";
 
-fn rules(max_steps: u32) -> TurnRules {
+pub(crate) fn rules(max_steps: u32) -> TurnRules {
     TurnRules {
         max_steps,
         exit_tool: true,
@@ -20,7 +20,7 @@ fn rules(max_steps: u32) -> TurnRules {
     }
 }
 
-fn commit(state: &mut SessionState, events: Vec<NewEvent>) -> Result<(), FoldError> {
+pub(crate) fn commit(state: &mut SessionState, events: Vec<NewEvent>) -> Result<(), FoldError> {
     let first = state.seq + 1;
     for e in crate::store::stamp(&events, first, 1_000 + first) {
         state.evolve(&e)?;
@@ -28,7 +28,7 @@ fn commit(state: &mut SessionState, events: Vec<NewEvent>) -> Result<(), FoldErr
     Ok(())
 }
 
-fn frame(_: bool, _: &imbl::Vector<Message>) -> Framed {
+fn frame(_: bool, _: Option<&Revision>, _: &imbl::Vector<Message>) -> Framed {
     Framed {
         system: "system".into(),
         sections: vec![],
@@ -37,12 +37,12 @@ fn frame(_: bool, _: &imbl::Vector<Message>) -> Framed {
     }
 }
 
-fn main() -> AgentId {
+pub(crate) fn main() -> AgentId {
     AgentId::root()
 }
 
 /// A session whose root agent runs `TURN`, in plan mode when `plan`.
-fn running(plan: bool) -> SessionState {
+pub(crate) fn running(plan: bool) -> SessionState {
     let mut s = SessionState::default();
     commit(&mut s, decide_create(None, None, Default::default())).unwrap();
     if plan {
@@ -54,7 +54,7 @@ fn running(plan: bool) -> SessionState {
     s
 }
 
-fn start_step(s: &mut SessionState, step: u32, max: u32) {
+pub(crate) fn start_step(s: &mut SessionState, step: u32, max: u32) {
     let (req, events) = s
         .decide_step(&main(), TURN, step, rules(max), "a", &frame)
         .unwrap();
@@ -62,7 +62,7 @@ fn start_step(s: &mut SessionState, step: u32, max: u32) {
     commit(s, events).unwrap();
 }
 
-fn call(name: &str, id: &str) -> ToolCall {
+pub(crate) fn call(name: &str, id: &str) -> ToolCall {
     ToolCall {
         id: id.into(),
         name: name.into(),
@@ -70,7 +70,7 @@ fn call(name: &str, id: &str) -> ToolCall {
     }
 }
 
-fn answer(s: &mut SessionState, at: (u32, u32), calls: Vec<ToolCall>) {
+pub(crate) fn answer(s: &mut SessionState, at: (u32, u32), calls: Vec<ToolCall>) {
     let (ok, events) = s
         .decide_model_answer(&main(), TURN, at, "text".into(), calls)
         .unwrap();
@@ -217,6 +217,7 @@ fn the_fold_refuses_a_question_for_a_call_that_is_not_open_and_a_skipped_attempt
         allow_text: true,
         turn: TURN.into(),
         call_id: "call_0".into(),
+        revision: None,
     });
     let err = commit(&mut s.clone(), vec![NewEvent::new(&main(), stray)]).unwrap_err();
     assert!(err.reason.contains("not open"), "{err}");
@@ -275,6 +276,7 @@ fn reply(option: Option<&str>, label: Option<&str>) -> Reply {
         option: option.map(str::to_owned),
         label: label.map(str::to_owned),
         text: None,
+        ..Default::default()
     }
 }
 

@@ -2,7 +2,10 @@
 //!
 //! The system prompt is the registered sections sorted by `order`; `plan:policy` (order 50)
 //! is present only while the step is in plan mode, so entering or leaving plan mode changes the
-//! prompt from order 50 on and nothing before it. The tool list always holds `exit_plan_mode`
+//! prompt from order 50 on and nothing before it. `plan:approved` (order 55) is the agent's
+//! latest approved plan revision, in both plan states: it is folded from the log (and carried by
+//! snapshots), so the plan the user agreed to stays in the model's context through compaction
+//! and fork, and its text depends on the revision alone (byte-stable from step to step). The tool list always holds `exit_plan_mode`
 //! and serializes to the same bytes in both states (prompt-cache stability). History is the
 //! agent's folded history (`domain::history`) as the step's pre-step left it.
 
@@ -10,15 +13,17 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 use crate::domain::event::SectionRef;
 use crate::domain::history::Message;
+use crate::domain::plan::revisions::Revision;
 use crate::domain::turn::Framed;
 
 pub const PLAN_SECTION: &str = "plan:policy";
 pub const PLAN_ORDER: u32 = 50;
+pub const APPROVED_SECTION: &str = "plan:approved";
+pub const APPROVED_ORDER: u32 = 55;
 pub use crate::domain::plan::EXIT_TOOL;
 
 const BASE_PROMPT: &str = "You are dsh, an AI agent working with a user on their software \
@@ -70,8 +75,9 @@ impl Prompting {
         self.plan_policy.as_deref()
     }
 
-    /// The sections of a step, sorted by order.
-    pub fn sections(&self, plan_active: bool) -> Vec<Section> {
+    /// The sections of a step, sorted by order: `approved` is the agent's latest approved
+    /// plan revision, kept whatever the plan state (when plan mode is composed).
+    pub fn sections(&self, plan_active: bool, approved: Option<&Revision>) -> Vec<Section> {
         let mut out = self.sections.clone();
         if let (true, Some(text)) = (plan_active, &self.plan_policy) {
             out.push(Section {
@@ -80,14 +86,27 @@ impl Prompting {
                 text: text.clone(),
             });
         }
+        if let (Some(r), Some(_)) = (approved, &self.plan_policy) {
+            out.push(Section {
+                name: APPROVED_SECTION.into(),
+                order: APPROVED_ORDER,
+                text: approved_section(r),
+            });
+        }
         out.sort_by_key(|s| s.order);
         out
     }
 
     /// Frames a step: its system prompt, sections and hashes, for the request that sends
     /// `messages` with `tools`.
-    pub fn frame(&self, active: bool, messages: &imbl::Vector<Message>, tools: &Value) -> Framed {
-        let (system, sections) = self.system(active);
+    pub fn frame(
+        &self,
+        active: bool,
+        approved: Option<&Revision>,
+        messages: &imbl::Vector<Message>,
+        tools: &Value,
+    ) -> Framed {
+        let (system, sections) = self.system(active, approved);
         let request = ModelRequest {
             system: system.as_str().into(),
             messages: messages.iter().cloned().collect(),
@@ -102,8 +121,12 @@ impl Prompting {
     }
 
     /// The system prompt and the header's section list for a step.
-    pub fn system(&self, plan_active: bool) -> (String, Vec<SectionRef>) {
-        let sections = self.sections(plan_active);
+    pub fn system(
+        &self,
+        plan_active: bool,
+        approved: Option<&Revision>,
+    ) -> (String, Vec<SectionRef>) {
+        let sections = self.sections(plan_active, approved);
         let text = sections
             .iter()
             .map(|s| s.text.trim_end())
@@ -118,6 +141,18 @@ impl Prompting {
             .collect();
         (text, refs)
     }
+}
+
+/// The `plan:approved` section of revision `r`: made of the revision alone, so every step
+/// (and every replica) sends the same bytes for it.
+pub fn approved_section(r: &Revision) -> String {
+    format!(
+        "The user approved this plan (revision {}, {}). Carry it out unless they ask for \
+         something else or approve a newer plan.\n\n{}",
+        r.number,
+        r.digest,
+        r.text.trim_end()
+    )
 }
 
 /// One entry of the tool list, in OpenAI function-tool form: the schema `GET /v1/tools`
@@ -167,12 +202,7 @@ pub fn tools(plan_mode: bool) -> Value {
     }])
 }
 
-pub fn sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+pub use crate::domain::plan::revisions::sha256_hex as sha256;
 
 pub fn tools_hash(tools: &Value) -> String {
     sha256(tools.to_string().as_bytes())
@@ -240,8 +270,8 @@ mod tests {
     #[test]
     fn plan_policy_sits_between_lower_and_higher_orders_only_while_active() {
         let p = Prompting::new(Some("POLICY".into()), Some("WORKSPACE".into()));
-        let (on, refs) = p.system(true);
-        let (off, _) = p.system(false);
+        let (on, refs) = p.system(true, None);
+        let (off, _) = p.system(false, None);
         let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
             names,
@@ -269,6 +299,50 @@ mod tests {
     #[test]
     fn without_plan_mode_composed_no_state_adds_a_section() {
         let p = Prompting::new(None, None);
-        assert_eq!(p.system(true), p.system(false));
+        assert_eq!(p.system(true, None), p.system(false, None));
+        let approved = approved_revision();
+        assert_eq!(p.system(true, Some(&approved)), p.system(false, None));
+    }
+
+    fn approved_revision() -> Revision {
+        use crate::domain::plan::revisions::{digest, RevisionStatus};
+        Revision {
+            number: 2,
+            digest: digest("# Plan\n\n1. Do it.\n"),
+            text: "# Plan\n\n1. Do it.\n".into(),
+            submitted_at: 1,
+            turn: "turn-1".into(),
+            step: 3,
+            question: "plan-review-9".into(),
+            status: RevisionStatus::Approved,
+            feedback: None,
+            decided_by: None,
+            decided_at: Some(2),
+        }
+    }
+
+    #[test]
+    fn the_approved_plan_follows_plan_policy_in_both_plan_states_with_the_same_bytes() {
+        let p = Prompting::new(Some("POLICY".into()), Some("WORKSPACE".into()));
+        let approved = approved_revision();
+        let (on, refs) = p.system(true, Some(&approved));
+        let (off, off_refs) = p.system(false, Some(&approved));
+        let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "product:base",
+                "plan:policy",
+                "plan:approved",
+                "workspace:instructions"
+            ]
+        );
+        assert!(off_refs.iter().any(|r| r.name == APPROVED_SECTION));
+        let section = approved_section(&approved);
+        assert!(section.contains("revision 2") && section.contains(&approved.digest));
+        assert!(on.contains(&section) && off.contains(&section));
+        let (without, _) = p.system(false, None);
+        let cut = off.find(&section).unwrap();
+        assert_eq!(&off[..cut], &without[..cut], "nothing before it changes");
     }
 }

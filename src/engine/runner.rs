@@ -55,8 +55,9 @@ impl Engine {
                 }
                 Next::NewStep { step } => {
                     let (prompting, tools) = (self.prompting.clone(), self.tools.clone());
-                    let frame =
-                        move |active: bool, messages: &_| prompting.frame(active, messages, &tools);
+                    let frame = move |active: bool, approved: Option<&_>, messages: &_| {
+                        prompting.frame(active, approved, messages, &tools)
+                    };
                     let (on, replica) = (t.clone(), self.replica.clone());
                     let d = self.sessions.decide(&t.sid, move |s| {
                         s.decide_step(&on.agent, &on.turn, step, rules, &replica, &frame)

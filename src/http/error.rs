@@ -88,6 +88,11 @@ pub enum Code {
     /// The tenant holds as many idempotency keys (of the last 24 hours) as it may; see
     /// `Retry-After`, or send the write without a key.
     IdempotencyKeyQuota,
+    /// The agent has no plan revision with this number.
+    RevisionNotFound,
+    /// A decision names another plan revision (`revision`, `If-Match`) than the one its review
+    /// decides: the plan changed since the client read it.
+    RevisionSuperseded,
     /// A retry of a request that was applied already, whose response can no longer be rebuilt
     /// (the log was compacted since): read the resource to see its state.
     AlreadyApplied,
@@ -101,12 +106,10 @@ impl Code {
         match self {
             MalformedJson | InvalidId | InvalidQuery | UnknownCommand | NotACommand
             | CursorOutOfRange => StatusCode::BAD_REQUEST,
-            NotFound | SessionNotFound | AgentNotFound | QuestionNotFound | FeatureDisabled => {
-                StatusCode::NOT_FOUND
-            }
-            QuestionClosed | TurnRunning | AgentLimit | IdempotencyKeyInUse | AlreadyApplied => {
-                StatusCode::CONFLICT
-            }
+            NotFound | SessionNotFound | AgentNotFound | QuestionNotFound | RevisionNotFound
+            | FeatureDisabled => StatusCode::NOT_FOUND,
+            QuestionClosed | RevisionSuperseded | TurnRunning | AgentLimit
+            | IdempotencyKeyInUse | AlreadyApplied => StatusCode::CONFLICT,
             InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
             IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -225,6 +228,7 @@ impl From<ServiceError> for ApiError {
                     // Nothing is wrong with the request: the session moved on; try again.
                     DomainError::ChangedDuringCompaction => Code::WriteContention,
                     DomainError::AgentLimit { .. } => Code::AgentLimit,
+                    DomainError::RevisionSuperseded { .. } => Code::RevisionSuperseded,
                 };
                 ApiError::new(code, d.to_string())
             }

@@ -9,7 +9,7 @@ use crate::auth::{self, Caller};
 use crate::domain::session::AgentView;
 use crate::service::SessionSummary;
 
-/// Sessions a page holds unless `limit` says otherwise, and the most it may hold.
+/// Items a page holds unless `limit` says otherwise, and the most it may hold.
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
 
@@ -35,6 +35,18 @@ pub struct SessionList {
     /// True when older sessions may follow (a page can hold fewer than `limit` sessions even
     /// then, when deleted ones were skipped).
     pub has_more: bool,
+}
+
+/// The size of a page asked for with `limit`: 1-200, 50 unless given.
+pub(super) fn page_limit(limit: Option<u32>) -> Result<usize, ApiError> {
+    let limit = limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::new(
+            Code::InvalidQuery,
+            format!("limit must be 1-{MAX_PAGE}, got {limit}"),
+        ));
+    }
+    Ok(limit as usize)
 }
 
 /// A cursor as clients see it: the creation order to list before, in hex behind a tag.
@@ -80,18 +92,9 @@ pub async fn list_sessions(
     query: web::Query<SessionsQuery>,
 ) -> Result<web::Json<SessionList>, ApiError> {
     state.require_key(&caller)?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::new(
-            Code::InvalidQuery,
-            format!("limit must be 1-{MAX_PAGE}, got {limit}"),
-        ));
-    }
+    let limit = page_limit(query.limit)?;
     let before = query.cursor.as_deref().map(parse_cursor).transpose()?;
-    let page = state
-        .sessions
-        .list(caller.tenant(), before, limit as usize)
-        .await?;
+    let page = state.sessions.list(caller.tenant(), before, limit).await?;
     Ok(web::Json(SessionList {
         sessions: page.sessions,
         has_more: page.resume.is_some(),

@@ -29,6 +29,7 @@ pub mod problems;
 mod questions;
 pub mod rate_limit;
 pub mod request_id;
+mod revisions;
 mod sessions;
 mod system;
 mod tokens;
@@ -187,6 +188,9 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(plan::get_plan)
         .service(plan::put_plan)
         .service(plan::plan_projection)
+        .service(revisions::list_revisions)
+        .service(revisions::get_revision)
+        .service(revisions::diff_revisions)
         .service(turns::post_message)
         .service(turns::cancel)
         .service(system::tools)

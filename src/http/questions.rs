@@ -2,11 +2,13 @@
 //! on this replica, whichever replica started it.
 
 use crate::auth::{self, Caller};
-use actix_web::{get, post, web};
+use actix_web::http::header;
+use actix_web::{get, post, web, HttpRequest};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{session_id, ApiError, Code, State};
+use crate::domain::plan::revisions::Named;
 use crate::domain::questions::{QuestionStatus, QuestionView, Reply};
 use crate::domain::{AgentId, SessionId};
 use crate::service::Decided;
@@ -141,6 +143,44 @@ pub struct AnswerBody {
     pub label: Option<String>,
     /// Free text (when the question allows it), alone or with an option.
     pub text: Option<String>,
+    /// For a plan review: the number of the plan revision you decide (as you read it). Another
+    /// than the one the review decides gets 409 `revision-superseded` and appends nothing.
+    /// `If-Match: "<digest>"` says the same by the revision's digest.
+    #[schema(minimum = 1, example = 2)]
+    pub revision: Option<u32>,
+}
+
+/// The plan revision a decision names: `revision` from the body, digests from `If-Match`.
+fn named(req: &HttpRequest, revision: Option<u32>) -> Result<Named, ApiError> {
+    if revision == Some(0) {
+        return Err(ApiError::new(
+            Code::InvalidBody,
+            "`revision` is a revision number: 1, 2, …",
+        ));
+    }
+    Ok(Named {
+        number: revision,
+        digests: if_match(req),
+    })
+}
+
+/// The digests `If-Match` lists (`None` without the header, or with `*`). A weak tag never
+/// matches (strong comparison), and anything that is not a digest matches no revision.
+fn if_match(req: &HttpRequest) -> Option<Vec<String>> {
+    let values = req.headers().get_all(header::IF_MATCH);
+    let mut tags = Vec::new();
+    for value in values {
+        let raw = String::from_utf8_lossy(value.as_bytes());
+        for tag in raw.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            if tag == "*" {
+                return None;
+            }
+            if !tag.starts_with("W/") {
+                tags.push(tag.trim_matches('"').to_owned());
+            }
+        }
+    }
+    (!tags.is_empty() || req.headers().contains_key(header::IF_MATCH)).then_some(tags)
 }
 
 fn question_ids(path: &(String, String)) -> Result<(SessionId, String), ApiError> {
@@ -193,14 +233,22 @@ fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, 
 ///
 /// With an `option` id, free `text`, or both. The first answer wins: a later answer or dismiss gets 409 and appends nothing. The recorded answer names the option
 /// by id (and its label, for readability); a plan review decides by the option's `kind`.
+///
+/// A plan review decides exactly one plan revision (`revision` in the question, `GET …/plans`).
+/// Name it with `revision` or `If-Match: "<digest>"` and the answer is refused with 409
+/// `revision-superseded` (appending nothing) unless that is the revision this review decides
+/// and no newer submission superseded it (checked before `question-closed`): two reviewers can
+/// never decide a plan one of them did not see.
 #[utoipa::path(
     tag = "questions",
     operation_id = "answerQuestion",
-    params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
+    params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id"),
+           ("If-Match" = Option<String>, Header, description = "`\"<digest>\"` of the plan revision you decide (its `ETag`); another gets 409 `revision-superseded`")),
     request_body(content = AnswerBody, examples(
         ("approve" = (summary = "Approve the plan", value = json!({"option": "approve"}))),
         ("keep_planning" = (summary = "Keep planning, with feedback", value = json!({"option": "keep_planning", "text": "Also cover the logout path"}))),
-        ("text" = (summary = "Free text only", value = json!({"text": "Split it into two steps"})))
+        ("text" = (summary = "Free text only", value = json!({"text": "Split it into two steps"}))),
+        ("revision" = (summary = "Approve exactly revision 2", value = json!({"option": "approve", "revision": 2})))
     )),
     responses(
         (status = 200, description = "The question as this answer closed it", body = QuestionView),
@@ -210,22 +258,26 @@ fn closed(qid: &str, done: Decided<AgentId>) -> Result<web::Json<QuestionView>, 
 pub async fn answer(
     state: State,
     caller: Caller,
+    req: HttpRequest,
     path: web::Path<(String, String)>,
     body: web::Json<AnswerBody>,
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
     guard_question(&state, &caller, &sid, &qid).await?;
-    let by = caller.principal();
     let AnswerBody {
         option,
         label,
         text,
+        revision,
     } = body.into_inner();
+    let revision = named(&req, revision)?;
+    let by = caller.principal();
     let reply = Reply {
         option,
         label,
         text,
+        revision,
     };
     let id = qid.clone();
     let decide =
@@ -237,11 +289,13 @@ pub async fn answer(
 /// Dismiss an open question.
 ///
 /// The user closes it to talk instead: the waiting tool call fails and the model is told to
-/// wait for the user's message.
+/// wait for the user's message. With `If-Match: "<digest>"`, only if the review decides that
+/// plan revision (409 `revision-superseded` otherwise).
 #[utoipa::path(
     tag = "questions",
     operation_id = "dismissQuestion",
-    params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id")),
+    params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id"),
+           ("If-Match" = Option<String>, Header, description = "`\"<digest>\"` of the plan revision you decide (its `ETag`); another gets 409 `revision-superseded`")),
     responses(
         (status = 200, description = "The question, dismissed", body = QuestionView),
     )
@@ -250,14 +304,17 @@ pub async fn answer(
 pub async fn dismiss(
     state: State,
     caller: Caller,
+    req: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
     guard_question(&state, &caller, &sid, &qid).await?;
+    let revision = named(&req, None)?;
     let by = caller.principal();
     let id = qid.clone();
-    let decide = move |s: &crate::domain::SessionState| s.decide_dismiss(&id, by.clone());
+    let decide =
+        move |s: &crate::domain::SessionState| s.decide_dismiss(&id, &revision, by.clone());
     let done = state.engine.close_question(&sid, &qid, decide).await?;
     closed(&qid, done)
 }

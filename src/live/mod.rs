@@ -25,6 +25,7 @@ use crate::domain::{Recorded, SessionId};
 use crate::store::{Ephemeral, EventLog, LiveBus, LiveMessage, Watcher};
 
 pub mod feed;
+mod revisions;
 mod steps;
 pub mod stream;
 mod views;

@@ -21,9 +21,11 @@ use std::sync::Arc;
 use futures_util::Stream;
 
 use super::feed::RecvError;
+use super::revisions::OpenReviews;
 use super::steps::Steps;
 use super::views::PlanViews;
 use super::{FeedItem, Hub, LiveEvent, Subscription};
+use crate::domain::event::frames::RevisionChanged;
 use crate::domain::{AgentId, EventId, PlanView, SessionId, SessionState};
 use crate::store::{Ephemeral, EventLog};
 
@@ -43,6 +45,12 @@ pub enum Item {
         id: Option<EventId>,
         agent: AgentId,
         view: PlanView,
+    },
+    /// A plan revision the event `id` submitted or decided.
+    PlanRevision {
+        id: EventId,
+        agent: AgentId,
+        change: RevisionChanged,
     },
     /// A message that is never recorded, e.g. an assistant delta.
     Ephemeral(Arc<Ephemeral>),
@@ -72,8 +80,8 @@ pub struct LiveStream {
     last: u64,
     /// The client's cursor: events up to it move the stream's state but are not sent.
     cursor: u64,
-    /// `None` when plan mode is not composed (no plan views at all).
-    views: Option<PlanViews>,
+    /// `None` when plan mode is not composed (no plan views nor revisions at all).
+    views: Option<(PlanViews, OpenReviews)>,
     steps: Steps,
     queue: VecDeque<Item>,
     mode: Mode,
@@ -119,7 +127,7 @@ impl LiveStream {
                 agent,
                 view,
             }));
-            views
+            (views, OpenReviews::at_head(head, cursor < head.seq))
         });
         Self {
             sid: sid.clone(),
@@ -248,14 +256,14 @@ impl LiveStream {
     fn accept(&mut self, e: Arc<LiveEvent>) {
         self.last = e.seq();
         self.steps.observe(&e);
-        let changed = match &mut self.views {
-            Some(views) => views.apply(&e),
-            None => Vec::new(),
+        let (changed, revised) = match &mut self.views {
+            Some((views, reviews)) => (views.apply(&e), reviews.apply(&e)),
+            None => (Vec::new(), None),
         };
         if e.seq() <= self.cursor {
             return;
         }
-        let id = e.id;
+        let (id, agent) = (e.id, e.agent.clone());
         self.queue.push_back(Item::Event(e));
         self.queue
             .extend(changed.into_iter().map(|(agent, view)| Item::PlanView {
@@ -263,6 +271,10 @@ impl LiveStream {
                 agent,
                 view,
             }));
+        if let Some(change) = revised {
+            self.queue
+                .push_back(Item::PlanRevision { id, agent, change });
+        }
     }
 }
 

@@ -88,6 +88,7 @@ fn routes(sid: &str) -> Vec<(&'static str, String, Option<Value>, Option<&'stati
         ("GET", s.clone(), None, Some("read")),
         ("GET", format!("{s}/agents/main"), None, Some("read")),
         ("GET", format!("{s}/agents/main/plan"), None, Some("read")),
+        ("GET", format!("{s}/agents/main/plans"), None, Some("read")),
         ("GET", format!("{s}/projections/plan"), None, Some("read")),
         ("GET", format!("{s}/log"), None, Some("read")),
         ("GET", format!("{s}/questions"), None, Some("read")),

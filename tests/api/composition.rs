@@ -36,6 +36,11 @@ async fn without_plan_mode_the_feature_is_null_its_routes_404_and_no_section_or_
     app.get(&format!("/v1/sessions/{sid}/projections/plan"))
         .await
         .assert_problem(404, "feature-disabled");
+    for plans in ["plans", "plans/1", "plans/1/diff"] {
+        app.get(&format!("/v1/sessions/{sid}/agents/main/{plans}"))
+            .await
+            .assert_problem(404, "feature-disabled");
+    }
     assert_eq!(
         app.get("/v1/tools").await.ok()["tools"],
         json!([]),

@@ -172,6 +172,7 @@ async fn every_frame_of_a_plan_review_a_reset_and_a_deletion_fits_the_published_
         "turn/ended",
         "session/compacted",
         "plan/view",
+        "plan/revision",
         "assistant/delta",
         "reset",
         "session/deleted",

@@ -35,6 +35,7 @@ mod redaction;
 mod replicas;
 mod retention;
 mod review;
+mod revisions;
 mod rolling;
 mod sessions;
 mod spec;

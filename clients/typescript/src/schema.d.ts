@@ -321,6 +321,72 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sid}/agents/{aid}/plans": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An agent's plan revisions.
+         * @description Every `exit_plan_mode` submission that opened a plan review, oldest first: its number, the
+         *     digest and text of the plan, when and in which step it was submitted, the review question,
+         *     and what became of it (`pending`, `approved`, `revising` with the feedback, `dismissed`,
+         *     `unavailable`), by whom and when. `?status=approved` answers "what did the user approve".
+         */
+        get: operations["listPlanRevisions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sid}/agents/{aid}/plans/{rev}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One plan revision.
+         * @description Its `ETag` is the revision's digest: send it back as `If-Match` when you answer its review,
+         *     so the answer decides exactly the plan you read (409 `revision-superseded` otherwise).
+         */
+        get: operations["getPlanRevision"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sid}/agents/{aid}/plans/{rev}/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The diff between two plan revisions.
+         * @description A unified diff from `against` (default: the revision before) to `rev`, made with the
+         *     `similar` crate: what the model changed between two submissions, e.g. after the user's
+         *     feedback.
+         */
+        get: operations["getPlanRevisionDiff"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sid}/compact": {
         parameters: {
             query?: never;
@@ -492,6 +558,12 @@ export interface paths {
          * Answer an open question.
          * @description With an `option` id, free `text`, or both. The first answer wins: a later answer or dismiss gets 409 and appends nothing. The recorded answer names the option
          *     by id (and its label, for readability); a plan review decides by the option's `kind`.
+         *
+         *     A plan review decides exactly one plan revision (`revision` in the question, `GET …/plans`).
+         *     Name it with `revision` or `If-Match: "<digest>"` and the answer is refused with 409
+         *     `revision-superseded` (appending nothing) unless that is the revision this review decides
+         *     and no newer submission superseded it (checked before `question-closed`): two reviewers can
+         *     never decide a plan one of them did not see.
          */
         post: operations["answerQuestion"];
         delete?: never;
@@ -512,7 +584,8 @@ export interface paths {
         /**
          * Dismiss an open question.
          * @description The user closes it to talk instead: the waiting tool call fails and the model is told to
-         *     wait for the user's message.
+         *     wait for the user's message. With `If-Match: "<digest>"`, only if the review decides that
+         *     plan revision (409 `revision-superseded` otherwise).
          */
         post: operations["dismissQuestion"];
         delete?: never;
@@ -607,6 +680,11 @@ export interface components {
             owner?: string | null;
             /** @description A pending choice, if any (kept by compaction; a fork does not carry it). */
             pending?: boolean | null;
+            /**
+             * @description The agent's plan revisions, oldest first (a fork carries them too: the history of what
+             *     was submitted and decided is the fork's own up to its point).
+             */
+            revisions?: components["schemas"]["Revision"][];
         };
         AgentSpawned: {
             /** @description The agent that owns this one; `null` for an unowned agent. */
@@ -709,6 +787,14 @@ export interface components {
              * @example approve
              */
             option?: string | null;
+            /**
+             * Format: int32
+             * @description For a plan review: the number of the plan revision you decide (as you read it). Another
+             *     than the one the review decides gets 409 `revision-superseded` and appends nothing.
+             *     `If-Match: "<digest>"` says the same by the revision's digest.
+             * @example 2
+             */
+            revision?: number | null;
             /** @description Free text (when the question allows it), alone or with an option. */
             text?: string | null;
         };
@@ -825,7 +911,7 @@ export interface components {
          * @description Stable machine-readable error codes.
          * @enum {string}
          */
-        Code: "malformed-json" | "invalid-body" | "payload-too-large" | "unsupported-media-type" | "invalid-id" | "invalid-query" | "not-found" | "session-not-found" | "agent-not-found" | "owner-not-found" | "question-not-found" | "question-closed" | "unknown-label" | "text-not-allowed" | "empty-answer" | "unknown-command" | "not-a-command" | "turn-running" | "agent-limit" | "invalid-fork-point" | "provider-failed" | "feature-disabled" | "write-contention" | "store-unavailable" | "unauthorized" | "token-expired" | "insufficient-scope" | "cors-refused" | "rate-limited" | "session-quota" | "turn-quota" | "provider-call-quota" | "stream-quota" | "store-full" | "replica-draining" | "unknown-option" | "method-not-allowed" | "cursor-out-of-range" | "too-many-sessions" | "invalid-idempotency-key" | "idempotency-key-reused" | "idempotency-key-in-use" | "idempotency-key-quota" | "already-applied" | "log-corrupt" | "internal";
+        Code: "malformed-json" | "invalid-body" | "payload-too-large" | "unsupported-media-type" | "invalid-id" | "invalid-query" | "not-found" | "session-not-found" | "agent-not-found" | "owner-not-found" | "question-not-found" | "question-closed" | "unknown-label" | "text-not-allowed" | "empty-answer" | "unknown-command" | "not-a-command" | "turn-running" | "agent-limit" | "invalid-fork-point" | "provider-failed" | "feature-disabled" | "write-contention" | "store-unavailable" | "unauthorized" | "token-expired" | "insufficient-scope" | "cors-refused" | "rate-limited" | "session-quota" | "turn-quota" | "provider-call-quota" | "stream-quota" | "store-full" | "replica-draining" | "unknown-option" | "method-not-allowed" | "cursor-out-of-range" | "too-many-sessions" | "invalid-idempotency-key" | "idempotency-key-reused" | "idempotency-key-in-use" | "idempotency-key-quota" | "revision-not-found" | "revision-superseded" | "already-applied" | "log-corrupt" | "internal";
         CommandList: {
             commands: components["schemas"]["CommandSpec"][];
         };
@@ -904,7 +990,7 @@ export interface components {
          */
         DeletedReason: "deleted";
         /** @description One frame of an event stream: the JSON on its `data:` line. Every frame has `type` (equal to its SSE `event:` line), `session`, `agent` (absent only on session-wide frames: `reset`, `session/deleted`), `id` (the event id, where the frame has one) and its payload in `data`. On the wire a frame is `id: <cursor>` (only when it carries an event id: the event id on a session's stream, a composite cursor on `GET /v1/events`), `event: <type>`, `data: <this JSON on one line>`, then a blank line; `retry:` opens the stream and lines starting with `:` are heartbeats. Ignore frame types you do not know. */
-        EventFrame: components["schemas"]["SessionCreatedFrame"] | components["schemas"]["AgentSpawnedFrame"] | components["schemas"]["PlanModeFrame"] | components["schemas"]["PlanSelectFrame"] | components["schemas"]["CommandRunFrame"] | components["schemas"]["UserMessageFrame"] | components["schemas"]["TurnStartedFrame"] | components["schemas"]["TurnEndedFrame"] | components["schemas"]["StepStartedFrame"] | components["schemas"]["StepRetriedFrame"] | components["schemas"]["AssistantMessageFrame"] | components["schemas"]["ToolResultFrame"] | components["schemas"]["QuestionAskedFrame"] | components["schemas"]["QuestionAnsweredFrame"] | components["schemas"]["QuestionDismissedFrame"] | components["schemas"]["SessionCompactedFrame"] | components["schemas"]["PlanViewFrame"] | components["schemas"]["AssistantDeltaFrame"] | components["schemas"]["ResetFrame"] | components["schemas"]["SessionDeletedFrame"];
+        EventFrame: components["schemas"]["SessionCreatedFrame"] | components["schemas"]["AgentSpawnedFrame"] | components["schemas"]["PlanModeFrame"] | components["schemas"]["PlanSelectFrame"] | components["schemas"]["CommandRunFrame"] | components["schemas"]["UserMessageFrame"] | components["schemas"]["TurnStartedFrame"] | components["schemas"]["TurnEndedFrame"] | components["schemas"]["StepStartedFrame"] | components["schemas"]["StepRetriedFrame"] | components["schemas"]["AssistantMessageFrame"] | components["schemas"]["ToolResultFrame"] | components["schemas"]["QuestionAskedFrame"] | components["schemas"]["QuestionAnsweredFrame"] | components["schemas"]["QuestionDismissedFrame"] | components["schemas"]["SessionCompactedFrame"] | components["schemas"]["PlanViewFrame"] | components["schemas"]["PlanRevisionFrame"] | components["schemas"]["AssistantDeltaFrame"] | components["schemas"]["ResetFrame"] | components["schemas"]["SessionDeletedFrame"];
         /** @description What happened. `type` names it; `data` carries its payload. */
         EventKind: {
             data: components["schemas"]["SessionCreated"];
@@ -1176,6 +1262,43 @@ export interface components {
             };
         };
         /**
+         * @description A plan revision was submitted (`pending`: its review opened) or decided (`approved`, `revising`, `dismissed`, `unavailable`) by the event `id`. Read the list with `GET …/agents/{agent}/plans` once, then follow these.
+         * @example {
+         *       "agent": "main",
+         *       "data": {
+         *         "decided_by": "token:user-42",
+         *         "digest": "sha256:31935e83ac4c2cd335764b69d7009e524b2d0f02c427584c0371c3c7274dd30a",
+         *         "feedback": "Also cover SSO logins.",
+         *         "number": 1,
+         *         "question": "plan-review-9",
+         *         "status": "revising"
+         *       },
+         *       "id": "10-0",
+         *       "session": "3f9c0d2a7be14c55a1d2e3f405162738",
+         *       "type": "plan/revision"
+         *     }
+         */
+        PlanRevisionFrame: {
+            /**
+             * @description The agent it concerns.
+             * @example main
+             */
+            agent: string;
+            data: components["schemas"]["RevisionChanged"];
+            /**
+             * @description The event that submitted or decided the revision.
+             * @example 12-0
+             */
+            id: string;
+            /** @description The session the frame belongs to. */
+            session: string;
+            /**
+             * @description The frame's name; the SSE `event:` line says the same. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "plan/revision";
+        };
+        /**
          * @description The user's desired plan state, recorded while it cannot be committed yet. A target equal to
          *     the recorded state clears the pending choice.
          */
@@ -1372,6 +1495,7 @@ export interface components {
              *     plain labels here; they read back as options, see [`super::options`]).
              */
             options: components["schemas"]["QuestionOption"][];
+            revision?: components["schemas"]["RevisionRef"] | null;
             title: string;
             /** @description The turn and tool call waiting for the answer. */
             turn: string;
@@ -1402,6 +1526,10 @@ export interface components {
          *             "label": "Keep planning"
          *           }
          *         ],
+         *         "revision": {
+         *           "digest": "sha256:31935e83ac4c2cd335764b69d7009e524b2d0f02c427584c0371c3c7274dd30a",
+         *           "number": 1
+         *         },
          *         "title": "Review the plan",
          *         "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
          *       },
@@ -1525,6 +1653,7 @@ export interface components {
              *     (`approve`, `keep_planning`, `other`), its `label` is display text.
              */
             options: components["schemas"]["QuestionOption"][];
+            revision?: components["schemas"]["RevisionRef"] | null;
             state: components["schemas"]["QuestionStatus"];
             title: string;
         };
@@ -1584,6 +1713,140 @@ export interface components {
             /** @description What the user wrote with the approval, if anything. */
             feedback?: string | null;
         };
+        /** @description One submission of a plan: the API's view, the snapshot's record and the fold's state alike. */
+        Revision: {
+            /**
+             * @description When it was decided (or became unavailable); absent while pending.
+             * @example 2026-12-02T10:25:02.456Z
+             */
+            decided_at?: string | null;
+            /**
+             * @description Who decided: `key:<key id>` or `token:<subject>`; absent on an open server, and for
+             *     `pending` and `unavailable`.
+             * @example token:user-42
+             */
+            decided_by?: string | null;
+            /**
+             * @description `sha256:` and the hex SHA-256 of `text`: send it as `If-Match: "<digest>"` to decide
+             *     exactly this revision.
+             * @example sha256:9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e
+             */
+            digest: string;
+            /**
+             * @description What the user said with the decision: the feedback of `revising`, the text sent with an
+             *     approval.
+             */
+            feedback?: string | null;
+            /**
+             * Format: int32
+             * @description 1 for the agent's first submission, then 2, …
+             * @example 2
+             */
+            number: number;
+            /**
+             * @description The review question that decides it.
+             * @example plan-review-7
+             */
+            question: string;
+            status: components["schemas"]["RevisionStatus"];
+            /**
+             * Format: int32
+             * @description The step (1-based, within the turn) whose answer submitted it.
+             * @example 2
+             */
+            step: number;
+            /**
+             * @description When it was submitted (the commit time of its review question).
+             * @example 2026-12-02T10:23:53.123Z
+             */
+            submitted_at: string;
+            /** @description The plan as the model submitted it: Markdown, untrusted (render it sanitized). */
+            text: string;
+            /** @description The turn that submitted it. */
+            turn: string;
+        };
+        /**
+         * @description The payload of a `plan/revision` frame: a revision as the event (`id`) left it — submitted
+         *     (`pending`) or decided. Its text is in `GET …/agents/{agent}/plans/{number}`.
+         */
+        RevisionChanged: {
+            /** @description Who decided: `key:<key id>` or `token:<subject>`. */
+            decided_by?: string | null;
+            /** @example sha256:9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e */
+            digest: string;
+            /** @description What the user said with the decision (the feedback of `revising`). */
+            feedback?: string | null;
+            /**
+             * Format: int32
+             * @example 2
+             */
+            number: number;
+            /**
+             * @description The review question that decides it.
+             * @example plan-review-7
+             */
+            question: string;
+            status: components["schemas"]["RevisionStatus"];
+        };
+        /** @description How one plan revision differs from another. */
+        RevisionDiff: {
+            /**
+             * Format: int32
+             * @description The revision it is compared with (the old side, `---`); absent for revision 1 compared
+             *     with nothing (every line is added).
+             * @example 1
+             */
+            against?: number | null;
+            /**
+             * @description A unified diff of the plans' lines (`--- revision 1`, `+++ revision 2`, `@@` hunks with
+             *     three lines of context); empty when the texts are equal.
+             * @example --- revision 1
+             *     +++ revision 2
+             *     @@ -1,3 +1,3 @@
+             *      # Plan
+             *     -1. Fix it.
+             *     +1. Fix it, with SSO.
+             */
+            diff: string;
+            /**
+             * Format: int32
+             * @description The revision shown (the new side, `+++`).
+             * @example 2
+             */
+            revision: number;
+        };
+        /** @description A page of an agent's plan revisions, oldest first. */
+        RevisionList: {
+            /** @description True when more revisions follow. */
+            has_more: boolean;
+            /**
+             * @description Pass as `cursor` for the next (newer) page; absent on the last page.
+             * @example r50
+             */
+            next_cursor?: string | null;
+            revisions: components["schemas"]["Revision"][];
+        };
+        /**
+         * @description The plan revision a review decides: its number among the agent's submissions (1, 2, …)
+         *     and the digest of its text.
+         */
+        RevisionRef: {
+            /**
+             * @description `sha256:` and the hex SHA-256 of the plan's text (UTF-8).
+             * @example sha256:9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e
+             */
+            digest: string;
+            /**
+             * Format: int32
+             * @example 2
+             */
+            number: number;
+        };
+        /**
+         * @description What became of a revision.
+         * @enum {string}
+         */
+        RevisionStatus: "pending" | "approved" | "revising" | "dismissed" | "unavailable";
         RunCommand: {
             /**
              * @description The composer input, e.g. `/plan`, `/plan off` or `/plan fix the login bug`.
@@ -1650,7 +1913,22 @@ export interface components {
          *             "id": "main",
          *             "last_header_plan": true,
          *             "owner": null,
-         *             "pending": false
+         *             "pending": false,
+         *             "revisions": [
+         *               {
+         *                 "decided_at": "2026-12-02T10:23:55.373Z",
+         *                 "decided_by": "token:user-42",
+         *                 "digest": "sha256:31935e83ac4c2cd335764b69d7009e524b2d0f02c427584c0371c3c7274dd30a",
+         *                 "feedback": "Also cover SSO logins.",
+         *                 "number": 1,
+         *                 "question": "plan-review-9",
+         *                 "status": "revising",
+         *                 "step": 1,
+         *                 "submitted_at": "2026-12-02T10:23:55.123Z",
+         *                 "text": "# Plan\n\nRequest:\n\n> fix the login bug\n\n## Steps\n\n1. Inspect the code involved.\n2. Make the change.\n3. Verify it with the tests.\n",
+         *                 "turn": "turn-01a23b6b5b867777b7ae56fd0cc422a3"
+         *               }
+         *             ]
          *           }
          *         ],
          *         "created_at": 1796207033123,
@@ -2428,8 +2706,8 @@ export interface operations {
                  */
                 after?: string;
                 /**
-                 * @description Comma-separated event types; `plan/*` matches a prefix. Includes `plan/view` and
-                 *     `assistant/delta`.
+                 * @description Comma-separated event types; `plan/*` matches a prefix. Includes `plan/view`,
+                 *     `plan/revision` and `assistant/delta`.
                  */
                 types?: string;
                 /** @description Only events of this agent. */
@@ -2496,7 +2774,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-query`: A query parameter is unknown, malformed or out of range (a cursor included).
              *     - `cursor-out-of-range`: The cursor (`Last-Event-ID` or `after`) is past the session log's last event: resume from an id the server sent.
              */
@@ -3095,7 +3373,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              */
             400: {
                 headers: {
@@ -3257,7 +3535,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              */
             400: {
                 headers: {
@@ -3421,7 +3699,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              */
             400: {
                 headers: {
@@ -3604,7 +3882,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              *     - `malformed-json`: The body is not valid JSON.
              */
@@ -3882,7 +4160,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              */
             400: {
                 headers: {
@@ -4062,7 +4340,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              */
             400: {
@@ -4333,7 +4611,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              *     - `malformed-json`: The body is not valid JSON.
              *     - `not-a-command`: The input is not a slash command (it does not start with `/`).
@@ -4629,7 +4907,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              *     - `malformed-json`: The body is not valid JSON.
              */
@@ -4913,7 +5191,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              */
             400: {
                 headers: {
@@ -5106,7 +5384,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              *     - `malformed-json`: The body is not valid JSON.
              */
@@ -5355,6 +5633,539 @@ export interface operations {
             };
         };
     };
+    listPlanRevisions: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Only the revisions with this status (default: all), e.g. `approved`: what the user
+                 *     agreed to.
+                 */
+                status?: "pending" | "approved" | "revising" | "dismissed" | "unavailable";
+                /**
+                 * @description Revisions per page, 1-200 (default 50).
+                 * @example 50
+                 */
+                limit?: number;
+                /** @description Opaque: the `next_cursor` of the previous page. Omit it for the first revisions. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Session id */
+                sid: string;
+                /** @description Agent id */
+                aid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the agent's plan revisions, oldest first */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RevisionList"];
+                };
+            };
+            /**
+             * @description Bad Request: a problem document with one of these codes:
+             *
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
+             *     - `invalid-query`: A query parameter is unknown, malformed or out of range (a cursor included).
+             */
+            400: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "invalid-id" | "invalid-query";
+                    };
+                };
+            };
+            /**
+             * @description Unauthorized: a problem document with one of these codes:
+             *
+             *     - `unauthorized`: No credential, or one that is not (or no longer) valid: send `Authorization: Bearer <API key or token>`.
+             *     - `token-expired`: The browser token is past its `expires_at`: mint a new one.
+             */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unauthorized" | "token-expired";
+                    };
+                };
+            };
+            /**
+             * @description Forbidden: a problem document with one of these codes:
+             *
+             *     - `insufficient-scope`: The credential is valid but does not carry this action (a token's scopes or agent, or a route for API keys only).
+             */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "insufficient-scope";
+                    };
+                };
+            };
+            /**
+             * @description Not Found: a problem document with one of these codes:
+             *
+             *     - `feature-disabled`: The feature is not composed on this server (see `GET /v1/status`).
+             *     - `session-not-found`: The session does not exist: never created, deleted, expired, or another tenant's.
+             *     - `agent-not-found`: The session has no agent with this id.
+             */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "feature-disabled" | "session-not-found" | "agent-not-found";
+                    };
+                };
+            };
+            /**
+             * @description Too Many Requests: a problem document with one of these codes:
+             *
+             *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "rate-limited";
+                    };
+                };
+            };
+            /**
+             * @description Internal Server Error: a problem document with one of these codes:
+             *
+             *     - `internal`: An unexpected server error; the cause is in the server's log under the request id.
+             *     - `log-corrupt`: The session log could not be read or folded; the cause is in the server's log under the request id.
+             */
+            500: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "internal" | "log-corrupt";
+                    };
+                };
+            };
+            /**
+             * @description Service Unavailable: a problem document with one of these codes:
+             *
+             *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
+             *     - `write-contention`: The session changed under this request more often than it retries: retry (`Retry-After`).
+             */
+            503: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-unavailable" | "write-contention";
+                    };
+                };
+            };
+        };
+    };
+    getPlanRevision: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id */
+                sid: string;
+                /** @description Agent id */
+                aid: string;
+                /** @description Revision number (1, 2, …) */
+                rev: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The revision */
+            200: {
+                headers: {
+                    /** @description The revision's digest, quoted: `"sha256:<hex>"` */
+                    ETag?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Revision"];
+                };
+            };
+            /**
+             * @description Bad Request: a problem document with one of these codes:
+             *
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
+             */
+            400: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "invalid-id";
+                    };
+                };
+            };
+            /**
+             * @description Unauthorized: a problem document with one of these codes:
+             *
+             *     - `unauthorized`: No credential, or one that is not (or no longer) valid: send `Authorization: Bearer <API key or token>`.
+             *     - `token-expired`: The browser token is past its `expires_at`: mint a new one.
+             */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unauthorized" | "token-expired";
+                    };
+                };
+            };
+            /**
+             * @description Forbidden: a problem document with one of these codes:
+             *
+             *     - `insufficient-scope`: The credential is valid but does not carry this action (a token's scopes or agent, or a route for API keys only).
+             */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "insufficient-scope";
+                    };
+                };
+            };
+            /**
+             * @description Not Found: a problem document with one of these codes:
+             *
+             *     - `feature-disabled`: The feature is not composed on this server (see `GET /v1/status`).
+             *     - `session-not-found`: The session does not exist: never created, deleted, expired, or another tenant's.
+             *     - `agent-not-found`: The session has no agent with this id.
+             *     - `revision-not-found`: The agent has no plan revision with this number (see `GET …/agents/{aid}/plans`).
+             */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "feature-disabled" | "session-not-found" | "agent-not-found" | "revision-not-found";
+                    };
+                };
+            };
+            /**
+             * @description Too Many Requests: a problem document with one of these codes:
+             *
+             *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "rate-limited";
+                    };
+                };
+            };
+            /**
+             * @description Internal Server Error: a problem document with one of these codes:
+             *
+             *     - `internal`: An unexpected server error; the cause is in the server's log under the request id.
+             *     - `log-corrupt`: The session log could not be read or folded; the cause is in the server's log under the request id.
+             */
+            500: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "internal" | "log-corrupt";
+                    };
+                };
+            };
+            /**
+             * @description Service Unavailable: a problem document with one of these codes:
+             *
+             *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
+             *     - `write-contention`: The session changed under this request more often than it retries: retry (`Retry-After`).
+             */
+            503: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-unavailable" | "write-contention";
+                    };
+                };
+            };
+        };
+    };
+    getPlanRevisionDiff: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The revision to compare with (the old side); default: the one before (none for 1).
+                 * @example 1
+                 */
+                against?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Session id */
+                sid: string;
+                /** @description Agent id */
+                aid: string;
+                /** @description Revision number (1, 2, …) */
+                rev: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The unified diff */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RevisionDiff"];
+                };
+            };
+            /**
+             * @description Bad Request: a problem document with one of these codes:
+             *
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
+             *     - `invalid-query`: A query parameter is unknown, malformed or out of range (a cursor included).
+             */
+            400: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "invalid-id" | "invalid-query";
+                    };
+                };
+            };
+            /**
+             * @description Unauthorized: a problem document with one of these codes:
+             *
+             *     - `unauthorized`: No credential, or one that is not (or no longer) valid: send `Authorization: Bearer <API key or token>`.
+             *     - `token-expired`: The browser token is past its `expires_at`: mint a new one.
+             */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unauthorized" | "token-expired";
+                    };
+                };
+            };
+            /**
+             * @description Forbidden: a problem document with one of these codes:
+             *
+             *     - `insufficient-scope`: The credential is valid but does not carry this action (a token's scopes or agent, or a route for API keys only).
+             */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "insufficient-scope";
+                    };
+                };
+            };
+            /**
+             * @description Not Found: a problem document with one of these codes:
+             *
+             *     - `feature-disabled`: The feature is not composed on this server (see `GET /v1/status`).
+             *     - `session-not-found`: The session does not exist: never created, deleted, expired, or another tenant's.
+             *     - `agent-not-found`: The session has no agent with this id.
+             *     - `revision-not-found`: The agent has no plan revision with this number (see `GET …/agents/{aid}/plans`).
+             */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "feature-disabled" | "session-not-found" | "agent-not-found" | "revision-not-found";
+                    };
+                };
+            };
+            /**
+             * @description Too Many Requests: a problem document with one of these codes:
+             *
+             *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "rate-limited";
+                    };
+                };
+            };
+            /**
+             * @description Internal Server Error: a problem document with one of these codes:
+             *
+             *     - `internal`: An unexpected server error; the cause is in the server's log under the request id.
+             *     - `log-corrupt`: The session log could not be read or folded; the cause is in the server's log under the request id.
+             */
+            500: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "internal" | "log-corrupt";
+                    };
+                };
+            };
+            /**
+             * @description Service Unavailable: a problem document with one of these codes:
+             *
+             *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
+             *     - `write-contention`: The session changed under this request more often than it retries: retry (`Retry-After`).
+             */
+            503: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-unavailable" | "write-contention";
+                    };
+                };
+            };
+        };
+    };
     compactSession: {
         parameters: {
             query?: never;
@@ -5395,7 +6206,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              */
             400: {
@@ -5651,8 +6462,8 @@ export interface operations {
                  */
                 after?: string;
                 /**
-                 * @description Comma-separated event types; `plan/*` matches a prefix. Includes `plan/view` and
-                 *     `assistant/delta`.
+                 * @description Comma-separated event types; `plan/*` matches a prefix. Includes `plan/view`,
+                 *     `plan/revision` and `assistant/delta`.
                  */
                 types?: string;
                 /** @description Only events of this agent. */
@@ -5722,7 +6533,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-query`: A query parameter is unknown, malformed or out of range (a cursor included).
              *     - `cursor-out-of-range`: The cursor (`Last-Event-ID` or `after`) is past the session log's last event: resume from an id the server sent.
              */
@@ -5909,7 +6720,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              *     - `malformed-json`: The body is not valid JSON.
              */
@@ -6194,7 +7005,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-query`: A query parameter is unknown, malformed or out of range (a cursor included).
              *     - `cursor-out-of-range`: The cursor (`Last-Event-ID` or `after`) is past the session log's last event: resume from an id the server sent.
              */
@@ -6360,7 +7171,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              */
             400: {
                 headers: {
@@ -6537,7 +7348,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-query`: A query parameter is unknown, malformed or out of range (a cursor included).
              */
             400: {
@@ -6705,7 +7516,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              */
             400: {
                 headers: {
@@ -6848,6 +7659,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /** @description `"<digest>"` of the plan revision you decide (its `ETag`); another gets 409 `revision-superseded` */
+                "If-Match"?: string | null;
                 /**
                  * @description Makes the write safe to retry (Stripe's semantics), for 24 hours per key of the tenant: a retry of the same request (method, path, credential, body) gets the first final answer again with `Idempotent-Replayed: true`, and never applies twice, also after a 503 or a timeout. The key with a different request: 422 `idempotency-key-reused`; while the first still runs: 409 `idempotency-key-in-use` with `Retry-After`; a malformed key: 400 `invalid-idempotency-key`. 5xx and 429 answers are not final: the retry runs again and learns what was applied.
                  * @example 7c4a1f0e-9d2b-4c55-8a3e-1f2b3c4d5e6f
@@ -6884,7 +7697,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              *     - `malformed-json`: The body is not valid JSON.
              */
@@ -6972,6 +7785,7 @@ export interface operations {
              *     - `question-closed`: The question was already answered or dismissed: the first answer wins and nothing is appended.
              *     - `idempotency-key-in-use`: A request with this `Idempotency-Key` is still running: retry after `Retry-After` to get its answer.
              *     - `already-applied`: A retry of a request that was applied already and whose answer can no longer be rebuilt (the log was compacted since): read the resource to see its state.
+             *     - `revision-superseded`: The decision names a plan revision (`revision` in the body, or `If-Match` with a digest) that is not the one the review decides, or one a newer submission superseded: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.
              */
             409: {
                 headers: {
@@ -6985,7 +7799,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "question-closed" | "idempotency-key-in-use" | "already-applied";
+                        code?: "question-closed" | "idempotency-key-in-use" | "already-applied" | "revision-superseded";
                     };
                 };
             };
@@ -7142,6 +7956,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /** @description `"<digest>"` of the plan revision you decide (its `ETag`); another gets 409 `revision-superseded` */
+                "If-Match"?: string | null;
                 /**
                  * @description Makes the write safe to retry (Stripe's semantics), for 24 hours per key of the tenant: a retry of the same request (method, path, credential, body) gets the first final answer again with `Idempotent-Replayed: true`, and never applies twice, also after a 503 or a timeout. The key with a different request: 422 `idempotency-key-reused`; while the first still runs: 409 `idempotency-key-in-use` with `Retry-After`; a malformed key: 400 `invalid-idempotency-key`. 5xx and 429 answers are not final: the retry runs again and learns what was applied.
                  * @example 7c4a1f0e-9d2b-4c55-8a3e-1f2b3c4d5e6f
@@ -7180,7 +7996,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              */
             400: {
@@ -7267,6 +8083,7 @@ export interface operations {
              *     - `question-closed`: The question was already answered or dismissed: the first answer wins and nothing is appended.
              *     - `idempotency-key-in-use`: A request with this `Idempotency-Key` is still running: retry after `Retry-After` to get its answer.
              *     - `already-applied`: A retry of a request that was applied already and whose answer can no longer be rebuilt (the log was compacted since): read the resource to see its state.
+             *     - `revision-superseded`: The decision names a plan revision (`revision` in the body, or `If-Match` with a digest) that is not the one the review decides, or one a newer submission superseded: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.
              */
             409: {
                 headers: {
@@ -7280,7 +8097,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "question-closed" | "idempotency-key-in-use" | "already-applied";
+                        code?: "question-closed" | "idempotency-key-in-use" | "already-applied" | "revision-superseded";
                     };
                 };
             };
@@ -7459,7 +8276,7 @@ export interface operations {
             /**
              * @description Bad Request: a problem document with one of these codes:
              *
-             *     - `invalid-id`: A session, agent or question id in the path is malformed.
+             *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              *     - `malformed-json`: The body is not valid JSON.
              */

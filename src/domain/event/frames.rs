@@ -12,9 +12,12 @@ use utoipa::ToSchema;
 
 use super::Recorded;
 use crate::domain::ids::{AgentId, EventId, SessionId};
+use crate::domain::plan::revisions::RevisionStatus;
 
 /// An agent's plan view changed (or, without an `id`, its view when the stream opened).
 pub const PLAN_VIEW: &str = "plan/view";
+/// A plan revision was submitted, or its review decided it.
+pub const PLAN_REVISION: &str = "plan/revision";
 /// Assistant text while a model streams; never recorded, no `id`.
 pub const ASSISTANT_DELTA: &str = "assistant/delta";
 /// The cursor is older than the trimmed log.
@@ -56,6 +59,27 @@ pub struct AssistantDelta<'a> {
     pub attempt: u32,
     /// The next piece of text, to append to what the step streamed so far.
     pub text: &'a str,
+}
+
+/// The payload of a `plan/revision` frame: a revision as the event (`id`) left it — submitted
+/// (`pending`) or decided. Its text is in `GET …/agents/{agent}/plans/{number}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevisionChanged {
+    #[schema(minimum = 1, example = 2)]
+    pub number: u32,
+    #[schema(example = "sha256:9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e")]
+    pub digest: String,
+    pub status: RevisionStatus,
+    /// The review question that decides it.
+    #[schema(example = "plan-review-7")]
+    pub question: String,
+    /// What the user said with the decision (the feedback of `revising`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    /// Who decided: `key:<key id>` or `token:<subject>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
 }
 
 /// Why a `reset` frame was sent.

@@ -180,13 +180,19 @@ pub(crate) mod rfc3339_ms {
 
 /// [`rfc3339_ms`] for an optional time.
 pub(crate) mod rfc3339_ms_opt {
-    use serde::Serializer;
+    use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(ms: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
         match ms {
             Some(ms) => super::rfc3339_ms::serialize(ms, s),
             None => s.serialize_none(),
         }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        #[derive(Deserialize)]
+        struct Time(#[serde(with = "super::rfc3339_ms")] u64);
+        Ok(Option::<Time>::deserialize(d)?.map(|t| t.0))
     }
 }
 

@@ -40,6 +40,20 @@ pub const APPROVE: (&str, &str) = ("approve", "Approve");
 /// The id and label of a plan review's "revise it" option.
 pub const KEEP_PLANNING: (&str, &str) = ("keep_planning", "Keep planning");
 
+/// The kind of the option `answer` chose among `options`: named by id, or (in logs older than
+/// option ids) by label; `None` for a text-only answer.
+pub fn chosen_kind(
+    options: &[QuestionOption],
+    answer: &super::QuestionAnswered,
+) -> Option<OptionKind> {
+    let chosen = match (&answer.option, &answer.label) {
+        (Some(id), _) => options.iter().find(|o| &o.id == id),
+        (None, Some(label)) => options.iter().find(|o| &o.label == label),
+        (None, None) => None,
+    };
+    chosen.map(|o| o.kind)
+}
+
 impl QuestionOption {
     pub fn new(id: &str, kind: OptionKind, label: &str) -> Self {
         Self {

@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 use super::options::QuestionOption;
 use super::outcomes::ToolOutcome;
 use crate::domain::ids::{AgentId, EventId, SessionId, TenantId};
+use crate::domain::plan::revisions::Revision;
 
 /// Where a forked session came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -40,6 +41,10 @@ pub struct AgentSnapshot {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<Object>)]
     pub history: Vec<serde_json::Value>,
+    /// The agent's plan revisions, oldest first (a fork carries them too: the history of what
+    /// was submitted and decided is the fork's own up to its point).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<Revision>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -285,6 +290,22 @@ pub struct QuestionAsked {
     /// The turn and tool call waiting for the answer.
     pub turn: String,
     pub call_id: String,
+    /// For a plan review: the plan revision it decides (absent in logs older than revisions,
+    /// whose fold numbers and digests the plan itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<RevisionRef>,
+}
+
+/// The plan revision a review decides: its number among the agent's submissions (1, 2, …)
+/// and the digest of its text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevisionRef {
+    #[schema(minimum = 1, example = 2)]
+    pub number: u32,
+    /// `sha256:` and the hex SHA-256 of the plan's text (UTF-8).
+    #[schema(example = "sha256:9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e")]
+    pub digest: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -5,6 +5,7 @@
 //! module decides what a choice appends and how the view is derived from the record.
 
 pub mod review;
+pub mod revisions;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

@@ -3,12 +3,13 @@
 
 use serde_json::Value;
 
+use super::revisions::{digest, Close};
 use super::{decide_set, EXIT_TOOL};
 use crate::domain::agent::OpenCall;
 use crate::domain::event::options::{APPROVE, KEEP_PLANNING};
 use crate::domain::event::{
     EventKind, FailureReason, Intent, OptionKind, QuestionAsked, QuestionOption, ReviewApproved,
-    ToolCall, ToolFailure, ToolOutcome,
+    RevisionRef, ToolCall, ToolFailure, ToolOutcome,
 };
 use crate::domain::questions::QuestionStatus;
 use crate::domain::{AgentId, SessionState};
@@ -84,6 +85,11 @@ pub fn review(
     }
     let asked = open.question.as_ref().and_then(|q| state.questions.get(q));
     let Some(q) = asked else {
+        // The plan this review decides, numbered after the agent's earlier submissions.
+        let revision = RevisionRef {
+            number: a.revisions.next_number(),
+            digest: digest(&plan),
+        };
         return ReviewStep::Ask(QuestionAsked {
             id: format!("{REVIEW_KIND}-{}", state.seq + 1),
             intent: Some(Intent {
@@ -99,6 +105,7 @@ pub fn review(
             allow_text: true,
             turn: turn.to_owned(),
             call_id: call.id.clone(),
+            revision: Some(revision),
         });
     };
     match (q.state, q.answer.as_ref()) {
@@ -116,8 +123,9 @@ pub fn review(
             ReviewStep::Done { ok: true, result: result.to_value(), then: exit.into_iter().collect() }
         }
         (QuestionStatus::Answered, ans) => {
+            // The same feedback the revision records as `revising`.
             let feedback = ans
-                .and_then(|a| a.text.clone().or_else(|| a.label.clone()))
+                .and_then(|a| Close::answered(q.chosen_kind(), a).feedback)
                 .unwrap_or_else(|| KEEP_PLANNING.1.into());
             let result = ToolOutcome::Failed(ToolFailure {
                 reason: FailureReason::Rejected,

@@ -13,7 +13,9 @@ use super::sse::{Filter, Framing, HEARTBEAT, RETRY};
 use super::RESET_ONE;
 
 use crate::domain::agent::reason;
-use crate::domain::event::frames::{AssistantDelta, Frame, RecordedFrame, ASSISTANT_DELTA};
+use crate::domain::event::frames::{
+    AssistantDelta, Frame, RecordedFrame, RevisionChanged, ASSISTANT_DELTA,
+};
 use crate::domain::event::options::{APPROVE, KEEP_PLANNING};
 use crate::domain::event::{
     AgentSnapshot, AgentSpawned, AssistantMessage, CommandRun, EventKind, FailureReason, Intent,
@@ -23,6 +25,7 @@ use crate::domain::event::{
     TurnEnded, TurnStarted, UserMessage, SCHEMA_VERSION,
 };
 use crate::domain::plan::review::REVIEW_KIND;
+use crate::domain::plan::revisions::{digest, Revision, RevisionStatus};
 use crate::domain::plan::EXIT_TOOL;
 use crate::domain::{AgentId, EventId, PlanView, SessionId};
 use crate::live::{Item, LiveEvent};
@@ -87,6 +90,37 @@ fn review_question(seq: u64, call_id: &str) -> QuestionAsked {
         allow_text: true,
         turn: TURN.into(),
         call_id: call_id.into(),
+        revision: Some(revision().reference()),
+    }
+}
+
+/// The story's one plan revision: submitted at event 9, sent back at event 10.
+pub(super) fn revision() -> Revision {
+    Revision {
+        number: 1,
+        digest: digest(PLAN),
+        text: PLAN.into(),
+        submitted_at: T0 + 250 * 8,
+        turn: TURN.into(),
+        step: 1,
+        question: format!("{REVIEW_KIND}-9"),
+        status: RevisionStatus::Revising,
+        feedback: Some("Also cover SSO logins.".into()),
+        decided_by: Some("token:user-42".into()),
+        decided_at: Some(T0 + 250 * 9),
+    }
+}
+
+/// The `plan/revision` frame of the story's answer (event 10): revision 1 sent back.
+pub(super) fn revision_changed() -> RevisionChanged {
+    let r = revision();
+    RevisionChanged {
+        number: r.number,
+        digest: r.digest,
+        status: r.status,
+        question: r.question,
+        feedback: r.feedback,
+        decided_by: r.decided_by,
     }
 }
 
@@ -227,6 +261,7 @@ fn story() -> Vec<Recorded> {
                         pending: None,
                         last_header_plan: None,
                         history: vec![],
+                        revisions: vec![],
                     },
                     AgentSnapshot {
                         id: main.clone(),
@@ -238,6 +273,7 @@ fn story() -> Vec<Recorded> {
                             "role": "user",
                             "content": format!("[summary of the earlier conversation] {SUMMARY}"),
                         })],
+                        revisions: vec![revision()],
                     },
                 ],
                 tenant: None,

@@ -41,8 +41,8 @@ pub struct EventsQuery {
     /// `<seq>-0` on a session's stream, a composite cursor on `GET /v1/events`. A cursor past
     /// the log's end gets 400 `cursor-out-of-range`.
     pub after: Option<String>,
-    /// Comma-separated event types; `plan/*` matches a prefix. Includes `plan/view` and
-    /// `assistant/delta`.
+    /// Comma-separated event types; `plan/*` matches a prefix. Includes `plan/view`,
+    /// `plan/revision` and `assistant/delta`.
     pub types: Option<String>,
     /// Only events of this agent.
     pub agent: Option<String>,

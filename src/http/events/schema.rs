@@ -14,8 +14,8 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::domain::event::frames::{
-    AssistantDelta, Frame, ResetReason, SessionDeleted, StreamReset, ASSISTANT_DELTA, PLAN_VIEW,
-    RESET, SESSION_DELETED,
+    AssistantDelta, Frame, ResetReason, RevisionChanged, SessionDeleted, StreamReset,
+    ASSISTANT_DELTA, PLAN_REVISION, PLAN_VIEW, RESET, SESSION_DELETED,
 };
 use crate::domain::{AgentId, EventId, EventKind, PlanView, SessionId};
 
@@ -163,6 +163,25 @@ fn frames() -> Vec<FrameSchema> {
             ),
         ),
         (
+            PLAN_REVISION,
+            "PlanRevisionFrame",
+            "A plan revision was submitted (`pending`: its review opened) or decided (`approved`, \
+             `revising`, `dismissed`, `unavailable`) by the event `id`. Read the list with \
+             `GET …/agents/{agent}/plans` once, then follow these.",
+            Has::Always,
+            (
+                Has::Always,
+                "The event that submitted or decided the revision.",
+            ),
+            RevisionChanged::name(),
+            example(
+                PLAN_REVISION,
+                true,
+                Some(EventId(10)),
+                super::examples::revision_changed(),
+            ),
+        ),
+        (
             ASSISTANT_DELTA,
             "AssistantDeltaFrame",
             "Assistant text while a model streams: never recorded, no `id`; never sent after its \
@@ -289,6 +308,8 @@ impl ToSchema for EventFrame {
         <EventKind as ToSchema>::schemas(schemas);
         schemas.push((PlanView::name().into(), PlanView::schema()));
         <PlanView as ToSchema>::schemas(schemas);
+        schemas.push((RevisionChanged::name().into(), RevisionChanged::schema()));
+        <RevisionChanged as ToSchema>::schemas(schemas);
         schemas.push((AssistantDelta::name().into(), AssistantDelta::schema()));
         <AssistantDelta as ToSchema>::schemas(schemas);
         schemas.push((StreamReset::name().into(), StreamReset::schema()));
@@ -350,7 +371,13 @@ mod tests {
         assert!(kinds.contains(&("plan/mode".into(), "PlanMode".into())));
         let frames = frames();
         let events: Vec<&str> = frames.iter().map(|f| f.event.as_str()).collect();
-        for extra in ["plan/view", "assistant/delta", "reset", "session/deleted"] {
+        for extra in [
+            "plan/view",
+            "plan/revision",
+            "assistant/delta",
+            "reset",
+            "session/deleted",
+        ] {
             assert!(events.contains(&extra), "{events:?}");
         }
     }

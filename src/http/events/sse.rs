@@ -15,9 +15,10 @@ use tokio::time::Instant;
 use super::EventsQuery;
 use crate::auth::{self, Caller};
 use crate::domain::event::frames::{
-    Frame, ResetReason, SessionDeleted, StreamReset, PLAN_VIEW, RESET, SESSION_DELETED,
+    Frame, ResetReason, SessionDeleted, StreamReset, PLAN_REVISION, PLAN_VIEW, RESET,
+    SESSION_DELETED,
 };
-use crate::domain::{EventId, SessionId};
+use crate::domain::{AgentId, EventId, SessionId};
 use crate::http::AppState;
 use crate::limits::StreamPermit;
 use crate::live::Item;
@@ -109,17 +110,10 @@ impl Framing {
                 false => None,
             },
             Item::PlanView { id, agent, view } => {
-                if !self.filter.passes(PLAN_VIEW, agent.as_str()) {
-                    return Ok(None);
-                }
-                let data = json(&Frame {
-                    kind: PLAN_VIEW,
-                    session: sid,
-                    agent: Some(agent),
-                    id: *id,
-                    data: view,
-                })?;
-                Some(frame(id.map(cursor).as_deref(), PLAN_VIEW, &data))
+                self.derived(PLAN_VIEW, sid, agent, *id, view, cursor)?
+            }
+            Item::PlanRevision { id, agent, change } => {
+                self.derived(PLAN_REVISION, sid, agent, Some(*id), change, cursor)?
             }
             // The producer wrote the whole frame; the live path never parses it.
             Item::Ephemeral(msg) => self
@@ -144,6 +138,32 @@ impl Framing {
             // the session gets 404.
             Item::Deleted => Some(deleted(sid)?),
         })
+    }
+}
+
+impl Framing {
+    /// The frame of an agent's derived item (`plan/view`, `plan/revision`), unless the filter
+    /// drops it; with an `id:` line when it names the event that made it.
+    fn derived<D: serde::Serialize>(
+        &self,
+        kind: &str,
+        sid: &SessionId,
+        agent: &AgentId,
+        id: Option<EventId>,
+        data: D,
+        cursor: impl FnOnce(EventId) -> String,
+    ) -> Result<Option<Bytes>, String> {
+        if !self.filter.passes(kind, agent.as_str()) {
+            return Ok(None);
+        }
+        let data = json(&Frame {
+            kind,
+            session: sid,
+            agent: Some(agent),
+            id,
+            data,
+        })?;
+        Ok(Some(frame(id.map(cursor).as_deref(), kind, &data)))
     }
 }
 

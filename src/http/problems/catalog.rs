@@ -26,7 +26,7 @@ pub fn describe(code: Code) -> (&'static str, &'static str) {
             "PUT requests must send `Content-Type: application/json`, even with an empty body where the body is optional (got `text/plain`)",
         ),
         InvalidId => (
-            "A session, agent or question id in the path is malformed.",
+            "A session, agent or question id, or a revision number, in the path is malformed.",
             "`a{b}` is not a session id: use 1-64 ASCII letters, digits, `-` or `_`",
         ),
         InvalidQuery => (
@@ -56,6 +56,14 @@ pub fn describe(code: Code) -> (&'static str, &'static str) {
         QuestionClosed => (
             "The question was already answered or dismissed: the first answer wins and nothing is appended.",
             "question `plan-review-7` is already answered; the first answer wins",
+        ),
+        RevisionNotFound => (
+            "The agent has no plan revision with this number (see `GET …/agents/{aid}/plans`).",
+            "agent `main` has no plan revision 7",
+        ),
+        RevisionSuperseded => (
+            "The decision names a plan revision (`revision` in the body, or `If-Match` with a digest) that is not the one the review decides, or one a newer submission superseded: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.",
+            "question `plan-review-31` decides plan revision 3 (sha256:5e1d…), not revision 2: the plan changed since you read it",
         ),
         CursorOutOfRange => (
             "The cursor (`Last-Event-ID` or `after`) is past the session log's last event: resume from an id the server sent.",

@@ -33,6 +33,8 @@ const APPEND: &[Code] = &[StoreFull];
 /// `{sid}` (and `{aid}`, `{qid}`) in the path.
 const SESSION: &[Code] = &[InvalidId, SessionNotFound];
 const AGENT: &[Code] = &[AgentNotFound];
+/// `{rev}` in the path: a revision number of the agent.
+const REVISION: &[Code] = &[RevisionNotFound];
 const QUESTION: &[Code] = &[QuestionNotFound, QuestionClosed];
 /// Every POST and PUT (`guard::json_writes`), and its `Idempotency-Key` (`http::idempotency`).
 const WRITE: &[Code] = &[
@@ -140,6 +142,27 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
         ],
     ),
     (
+        "listPlanRevisions",
+        &[PLUGIN, CREDENTIALS, STORE, SESSION, AGENT, FOLD, QUERY],
+    ),
+    (
+        "getPlanRevision",
+        &[PLUGIN, CREDENTIALS, STORE, SESSION, AGENT, FOLD, REVISION],
+    ),
+    (
+        "getPlanRevisionDiff",
+        &[
+            PLUGIN,
+            CREDENTIALS,
+            STORE,
+            SESSION,
+            AGENT,
+            FOLD,
+            QUERY,
+            REVISION,
+        ],
+    ),
+    (
         "getPlanProjection",
         &[PLUGIN, CREDENTIALS, STORE, SESSION, FOLD],
     ),
@@ -202,7 +225,13 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
             WRITE,
             BODY,
             APPEND,
-            &[UnknownOption, UnknownLabel, TextNotAllowed, EmptyAnswer],
+            &[
+                UnknownOption,
+                UnknownLabel,
+                TextNotAllowed,
+                EmptyAnswer,
+                RevisionSuperseded,
+            ],
         ],
     ),
     (
@@ -216,6 +245,7 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
             FOLD,
             WRITE,
             APPEND,
+            &[RevisionSuperseded],
         ],
     ),
     (

@@ -120,6 +120,7 @@ pub(super) fn compacted(agents: &[(&str, bool, Option<bool>)]) -> NewEvent {
             pending: *pending,
             last_header_plan: None,
             history: Vec::new(),
+            revisions: Vec::new(),
         })
         .collect();
     let compacted = SessionCompacted {

@@ -154,6 +154,12 @@ fn describe(item: &Item) -> String {
             }
             s
         }
+        Item::PlanRevision { id, agent, change } => format!(
+            "revision {agent} {} {:?} @{}",
+            change.number,
+            change.status,
+            id.seq()
+        ),
         Item::Ephemeral(m) => match &m.step {
             Some(at) => format!(
                 "{} {}/{}/{} {}",
