@@ -184,6 +184,7 @@ async fn requests_with_unknown_key_ids_do_not_each_cost_a_store_lookup() {
         total
     };
     let before = lookups(&redis).await;
+    let started = std::time::Instant::now();
     for i in 0..100u32 {
         let forged = format!(
             "dsh_{:016x}_{}",
@@ -196,9 +197,13 @@ async fn requests_with_unknown_key_ids_do_not_each_cost_a_store_lookup() {
             .assert_problem(401, "unauthorized");
     }
     let spent = lookups(&redis).await - before;
+    // The replica's miss budget: a burst of 5, then 5 lookups a second (however slow the
+    // machine is, 100 requests never cost 100 lookups).
+    let allowed = 5 + (5.0 * started.elapsed().as_secs_f64()).ceil() as u64;
     assert!(
-        spent <= 10,
-        "100 requests with made-up keys cost {spent} Redis lookups"
+        spent <= allowed && spent < 50,
+        "100 requests with made-up keys cost {spent} Redis lookups (budget {allowed}) in {:?}",
+        started.elapsed()
     );
 }
 
