@@ -17,16 +17,17 @@ WORKERS=${WORKERS:-2}
 . k6/common.sh
 need wrk wrk
 cargo build --release -q --bin dsh-plan --example xadd_ceiling
+T=${CARGO_TARGET_DIR:-target}/release
 if [ -z "${REDIS_URL:-}" ]; then
   start_redis
   export REDIS_URL=redis://127.0.0.1:$RPORT
 fi
 
 DPORT=$(free_port)
-RUST_LOG=warn DSH_BIND=127.0.0.1:$DPORT DSH_WORKERS=$WORKERS target/release/dsh-plan &
+RUST_LOG=warn DSH_BIND=127.0.0.1:$DPORT DSH_WORKERS=$WORKERS "$T/dsh-plan" &
 pids+=($!)
 CPORT=$(free_port)
-BIND=127.0.0.1:$CPORT WORKERS=$WORKERS target/release/examples/xadd_ceiling &
+BIND=127.0.0.1:$CPORT WORKERS=$WORKERS "$T/examples/xadd_ceiling" &
 pids+=($!)
 DSH=http://127.0.0.1:$DPORT
 CEIL=http://127.0.0.1:$CPORT

@@ -148,9 +148,10 @@ async fn call(conn: &Conn, script: &Script, pressure: &Pressure, appends: Vec<Pe
         }
         Ok(_) => {
             for pending in appends {
-                let _ = pending
-                    .reply
-                    .send(Err(corrupt("?", "append reply is not one result per append")));
+                let _ = pending.reply.send(Err(corrupt(
+                    "?",
+                    "append reply is not one result per append",
+                )));
             }
         }
         Err(e) => {
@@ -192,10 +193,7 @@ impl RedisLog {
             args.push(data.into_bytes());
         }
         let slot = self.is_cluster().then(|| Slot::for_key(&keys[0]));
-        let reply = self
-            .appender
-            .append(slot, keys, args, events.len())
-            .await?;
+        let reply = self.appender.append(slot, keys, args, events.len()).await?;
         let Value::Array(parts) = &reply else {
             return Err(corrupt("?", "append reply is not an array"));
         };
