@@ -4,30 +4,14 @@
 // the diff from the one before; markup the model's plan carries is shown, never run.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { startStack, launchBrowser, shot } from "./harness.mjs";
+import { startKeyedStack, launchBrowser, shot } from "./harness.mjs";
 
 let stack;
-let apiKey;
-
 before(async () => {
-  stack = await startStack({ tokenDelayMs: 20, env: { DSH_AUTH: "keys" } });
-  const created = execFileSync(stack.bin, ["keys", "create", "--tenant", "web-history"], {
-    env: { ...process.env, REDIS_URL: stack.redisUrl, RUST_LOG: "warn" },
-  }).toString();
-  apiKey = created.trim().split("\n").pop();
+  stack = await startKeyedStack("web-history", { tokenDelayMs: 20 });
 });
 after(() => stack?.stop());
-
-async function backend(method, path, body) {
-  const res = await fetch(stack.base + path, {
-    method,
-    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-    body: method === "GET" ? undefined : JSON.stringify(body ?? {}),
-  });
-  assert.ok(res.ok, `${method} ${path}: ${res.status}`);
-  return res.json();
-}
+const backend = (...args) => stack.backend(...args);
 
 /** What the panel lists, as a reader sees it. */
 const listed = (page) =>
