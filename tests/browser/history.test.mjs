@@ -123,6 +123,17 @@ test("the history panel lists a keep-planning round and the approval, who decide
     await listing(page, ["revising", "approved"]);
     await expected();
     await shot(page, "history-reloaded");
+
+    // On a phone the panel covers the conversation; Close hands focus back to its button.
+    await page.setViewportSize({ width: 390, height: 844 });
+    assert.ok(await page.evaluate(() => document.scrollingElement.scrollWidth <= 390), "no horizontal scroll");
+    const close = await page.locator("#history-close").boundingBox();
+    assert.ok(close && close.x >= 0 && close.x + close.width <= 390 && close.y >= 0, `Close in view: ${JSON.stringify(close)}`);
+    await shot(page, "history-mobile-390");
+    await page.click("#history-close");
+    await page.locator("#history").waitFor({ state: "hidden" });
+    assert.equal(await page.getAttribute("#history-toggle", "aria-expanded"), "false");
+    assert.equal(await page.evaluate(() => document.activeElement?.id), "history-toggle");
   } finally {
     await browser.close();
   }
