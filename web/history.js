@@ -78,7 +78,9 @@ export class PlanHistory {
     const generation = this.generation;
     try {
       const result = await request();
-      return generation === this.generation ? result : undefined;
+      if (generation !== this.generation) return undefined;
+      this.error.hidden = true;
+      return result;
     } catch (e) {
       if (generation === this.generation) this.fail(e);
       return undefined;
