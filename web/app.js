@@ -5,6 +5,7 @@ import { fragmentHasToken, takeToken, withToken } from "./credential.js";
 import { api, FINAL, refusal, whenFinal } from "./api.js";
 import { renderMarkdown } from "./markdown.js";
 import { Transcript } from "./transcript.js";
+import { PlanHistory } from "./history.js";
 import { forget, remember, renderSessionList } from "./sessions.js";
 import { answerBody, isReview, optionLabel, optionOf, options } from "./questions.js";
 
@@ -26,6 +27,7 @@ const app = {
   retry: 500, // reconnect backoff after the server refused the stream
 };
 const transcript = new Transcript($("conversation"));
+const planHistory = new PlanHistory($("history"), AGENT);
 const seqOf = (id) => (id ? Number(String(id).split("-")[0]) || 0 : 0);
 // Frames are read defensively: a recorded event carries its payload in `data`, a derived
 // frame (`plan/view`, `assistant/delta`) may carry it at the top level or in `data` too.
@@ -57,6 +59,7 @@ function unmount() {
   plan.busy = false;
   plan.token++; // late results of the old session's requests are ignored
   transcript.clear();
+  planHistory.reset(null);
   $("notice").hidden = true;
   $("dock").hidden = false;
   $("stop").hidden = true;
@@ -71,6 +74,11 @@ async function open(sid) {
   renderPlan();
   renderDock();
   connect(sid);
+  if (historyAvailable()) {
+    planHistory.reset(sid);
+    planHistory.load();
+  }
+  renderHistory();
 }
 
 /**
@@ -87,8 +95,10 @@ function stop(code) {
   }
   app.questions.clear();
   plan.confirmed = null;
+  planHistory.reset(null);
   renderPlan();
   renderDock();
+  renderHistory();
   $("dock").hidden = true;
   $("notice").textContent = t.final[code] ?? t.final.unauthorized;
   $("notice").hidden = false;
@@ -141,6 +151,7 @@ function connect(sid) {
     plan.confirmed = { active: v.active, ...(v.pending === undefined || v.pending === null ? {} : { pending: v.pending }) };
     renderPlan();
   }));
+  on("plan/revision", mine((f) => planHistory.changed(payloadOf(f, "number"))));
   on("turn/started", mine(() => setRunning(true)));
   on("turn/ended", mine((e) => {
     setRunning(false);
@@ -223,6 +234,17 @@ async function choosePlan() {
       renderPlan();
     }
   }
+}
+
+// ---- plan history --------------------------------------------------------------------
+const historyAvailable = () => !!app.status?.features?.plan_mode && !!app.sid && !app.stopped;
+function renderHistory(open = !$("history").hidden) {
+  const available = historyAvailable();
+  const shown = available && open;
+  $("history-toggle").hidden = !available;
+  $("history-toggle").setAttribute("aria-expanded", String(shown));
+  $("history").hidden = !shown;
+  document.body.classList.toggle("with-history", shown);
 }
 
 // ---- composer --------------------------------------------------------------------------
@@ -356,12 +378,24 @@ function labels() {
   $("review-approve").textContent = t.approve;
   $("review-keep").textContent = t.keepPlanning;
   $("review-dismiss").textContent = t.dismiss;
+  $("history-toggle").textContent = t.historyTitle;
+  $("history-title").textContent = t.historyTitle;
+  $("history-close").textContent = t.close;
+  $("history-close").setAttribute("aria-label", t.closeHistory);
+  $("history").querySelector(".history-tabs").setAttribute("aria-label", t.historyView);
+  $("history").querySelector('[data-view="plan"]').textContent = t.planText;
 }
 
 async function start() {
   labels();
   $("new-session").onclick = () => createSession();
   $("plan-select").onchange = choosePlan;
+  $("history-toggle").onclick = () => renderHistory($("history").hidden);
+  $("history-close").onclick = () => {
+    renderHistory(false);
+    $("history-toggle").focus();
+  };
+  for (const b of $("history").querySelectorAll(".history-tabs button")) b.onclick = () => planHistory.show(b.dataset.view);
   $("composer").onsubmit = submit;
   $("input").oninput = renderSuggestions;
   $("input").onkeydown = (e) => {

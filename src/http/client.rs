@@ -44,6 +44,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/sessions.js"),
     ),
     (
+        "/history.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/history.js"),
+    ),
+    (
         "/transcript.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/transcript.js"),

@@ -1,6 +1,6 @@
 // Starts a real redis-server and a dsh-plan server on free loopback ports, and a headless
 // Debian Chromium driven by playwright-core.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { createServer } from "node:net";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -59,6 +59,28 @@ export async function startStack({ manifest, tokenDelayMs = 250, env: extra = {}
   const base = `http://127.0.0.1:${port}`;
   await waitFor(`${base}/readyz`);
   return { base, server, redisUrl: env.REDIS_URL, bin, stop: () => procs.forEach((p) => p.kill("SIGKILL")) };
+}
+
+/**
+ * A stack with credentials on (`DSH_AUTH=keys`) and one API key for `tenant`, as an
+ * integrator's backend holds it: `backend(method, path, body)` makes a request with it.
+ */
+export async function startKeyedStack(tenant, options = {}) {
+  const stack = await startStack({ ...options, env: { ...options.env, DSH_AUTH: "keys" } });
+  const created = execFileSync(stack.bin, ["keys", "create", "--tenant", tenant], {
+    env: { ...process.env, REDIS_URL: stack.redisUrl, RUST_LOG: "warn" },
+  }).toString();
+  const apiKey = created.trim().split("\n").pop();
+  const backend = async (method, path, body) => {
+    const res = await fetch(stack.base + path, {
+      method,
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: method === "GET" ? undefined : JSON.stringify(body ?? {}),
+    });
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status}`);
+    return res.json();
+  };
+  return { ...stack, apiKey, backend };
 }
 
 /** Headless Chromium with one page; `viewport` defaults to a desktop window. */

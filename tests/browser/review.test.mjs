@@ -4,32 +4,15 @@
 // token stops the client, and the layout holds on a 390 px phone.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { join } from "node:path";
-import { startStack, launchBrowser, shot, artifacts } from "./harness.mjs";
+import { startKeyedStack, launchBrowser, shot, artifacts } from "./harness.mjs";
 
 let stack;
-let apiKey;
-
 before(async () => {
-  stack = await startStack({ tokenDelayMs: 20, env: { DSH_AUTH: "keys" } });
-  const created = execFileSync(stack.bin, ["keys", "create", "--tenant", "web-review"], {
-    env: { ...process.env, REDIS_URL: stack.redisUrl, RUST_LOG: "warn" },
-  }).toString();
-  apiKey = created.trim().split("\n").pop();
+  stack = await startKeyedStack("web-review", { tokenDelayMs: 20 });
 });
 after(() => stack?.stop());
-
-/** The integrator's backend: a request with its API key. */
-async function backend(method, path, body) {
-  const res = await fetch(stack.base + path, {
-    method,
-    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-    body: method === "GET" ? undefined : JSON.stringify(body ?? {}),
-  });
-  assert.ok(res.ok, `${method} ${path}: ${res.status}`);
-  return res.json();
-}
+const backend = (...args) => stack.backend(...args);
 
 /** A session and a token for `subject`, opened in `page` the way an integrator hands it over. */
 async function openAs(page, subject, { ttl_seconds } = {}) {
