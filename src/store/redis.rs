@@ -50,7 +50,7 @@ pub struct RedisLog {
     target: Target,
     pub(super) conn: Conn,
     pub(super) prefix: String,
-    appender: self::append::Appender,
+    append: Script,
     delete: Script,
     wait_replicas: u32,
     /// Writes refused for want of memory, shared with the leases.
@@ -80,19 +80,14 @@ impl RedisLog {
             };
             Script::new(&source)
         };
-        let pressure = Arc::<Pressure>::default();
         Ok(Self {
-            appender: self::append::Appender::start(
-                conn.clone(),
-                publish(include_str!("append.lua")),
-                pressure.clone(),
-            ),
+            append: publish(include_str!("append.lua")),
             delete: publish(include_str!("delete.lua")),
             target,
             conn,
             prefix: prefix.to_owned(),
             wait_replicas: options.wait_replicas,
-            pressure,
+            pressure: Arc::default(),
         })
     }
 
