@@ -172,26 +172,29 @@ pub(crate) fn ids(raw: &(String, String)) -> Result<(SessionId, AgentId), ApiErr
 )]
 struct ApiDoc;
 
-/// Registers every documented route.
+/// Registers every documented route. The router tries routes in this order (a regex match
+/// per route with parameters), so the ones a running frontend calls most come first.
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(system::status)
+    cfg.service(plan::put_plan)
+        .service(plan::get_plan)
+        .service(turns::post_message)
+        .service(events::events)
+        .service(questions::answer)
+        .service(sessions::get_session)
+        .service(system::status)
         .service(system::healthz)
         .service(system::readyz)
         .service(sessions::create_session)
         .service(lists::list_sessions)
-        .service(sessions::get_session)
         .service(sessions::delete_session)
         .service(sessions::spawn_agent)
         .service(lists::list_agents)
         .service(sessions::get_agent)
         .service(sessions::read_log)
-        .service(plan::get_plan)
-        .service(plan::put_plan)
         .service(plan::plan_projection)
         .service(revisions::list_revisions)
         .service(revisions::get_revision)
         .service(revisions::diff_revisions)
-        .service(turns::post_message)
         .service(turns::cancel)
         .service(system::tools)
         .service(system::metrics)
@@ -199,12 +202,10 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(commands::run_command)
         .service(questions::list_questions)
         .service(questions::get_question)
-        .service(questions::answer)
         .service(questions::dismiss)
         .service(sessions::fork_session)
         .service(sessions::compact_session)
         .service(tokens::mint_token)
-        .service(events::events)
         .service(events::many_events);
 }
 

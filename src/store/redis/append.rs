@@ -22,6 +22,17 @@ impl RedisLog {
         ttl_ms: u64,
         mark: Option<&Mark>,
     ) -> StoreResult<Append> {
+        // A batch that writes nothing (its decisions were no-ops or refusals) needs only to
+        // know the log still ends where it was folded: one plain read instead of the script,
+        // which would do the same check. Anything else goes to the script, which tells a
+        // conflict from a replaced log and hands back what was missed.
+        if events.is_empty()
+            && mark.is_none()
+            && expected.seq > 0
+            && self.ends_at(sid, expected).await?
+        {
+            return Ok(Append::Committed(Vec::new()));
+        }
         let data = encode(events)?;
         let mut conn = self.conn.clone();
         let mut inv = self.append.prepare_invoke();
@@ -85,6 +96,25 @@ impl RedisLog {
 }
 
 impl RedisLog {
+    /// Whether the session's log ends at the entry `anchor` names.
+    async fn ends_at(&self, sid: &SessionId, anchor: Anchor) -> StoreResult<bool> {
+        let mut conn = self.conn.clone();
+        let reply: Value = redis::cmd("XREVRANGE")
+            .arg(self.key(sid))
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let last = match &reply {
+            Value::Array(entries) => entries.first(),
+            _ => None,
+        };
+        Ok(last.and_then(entry_anchor).is_some_and(|a| anchor.names(a)))
+    }
+
     /// With `DSH_REDIS_WAIT_REPLICAS=N`, waits until N replicas of the node holding the
     /// session acknowledge what was just written there; fewer within [`WAIT_TIMEOUT`] is
     /// `Unavailable` (the write may or may not survive a failover: a client retrying with its
