@@ -44,3 +44,4 @@ mod store_full;
 mod tls;
 mod turns;
 mod verify;
+mod webhooks;
