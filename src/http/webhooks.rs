@@ -27,11 +27,6 @@ const MAX_DESCRIPTION: usize = 256;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({
-    "url": "https://hooks.example.com/dsh",
-    "events": ["plan.review_requested", "plan.approved"],
-    "description": "Plan reviews to the team channel"
-}))]
 pub struct CreateWebhook {
     /// Where deliveries are POSTed: http or https, at most 2048 bytes, no credentials, a
     /// public address (unless the server sets `DSH_WEBHOOK_ALLOW_PRIVATE=true`).
@@ -155,7 +150,11 @@ async fn endpoint(store: &dyn WebhookStore, tenant: &str, id: &str) -> Result<En
 #[utoipa::path(
     tag = "webhooks",
     operation_id = "createWebhook",
-    request_body = CreateWebhook,
+    request_body(content = CreateWebhook, example = json!({
+        "url": "https://hooks.example.com/dsh",
+        "events": ["plan.review_requested", "plan.approved"],
+        "description": "Plan reviews to the team channel"
+    })),
     responses(
         (status = 201, description = "The endpoint, with its signing secret (shown only here)", body = CreatedWebhook),
     )
