@@ -14,9 +14,10 @@ use super::{ApiError, Code, State};
 use crate::auth::Caller;
 use crate::domain::webhooks::{Delivery, WebhookEvent};
 use crate::limits::tenant_name;
+use crate::service::idempotency;
 use crate::service::ServiceError;
 use crate::store::redis::is_position;
-use crate::store::webhooks::Endpoint;
+use crate::store::webhooks::{Created, Endpoint};
 use crate::store::{now_ms, WebhookStore};
 use crate::webhooks::{destination, sign};
 
@@ -194,8 +195,12 @@ pub async fn create_webhook(
             "the description is longer than {MAX_DESCRIPTION} characters"
         )));
     }
-    let id =
-        crate::auth::credentials::random_hex(12).map_err(|e| ApiError::new(Code::Internal, e))?;
+    // A keyed request (`Idempotency-Key`) names the same endpoint on every attempt.
+    let id = match idempotency::drawn("webhook") {
+        Some(bits) => bits[..12].iter().map(|b| format!("{b:02x}")).collect(),
+        None => crate::auth::credentials::random_hex(12)
+            .map_err(|e| ApiError::new(Code::Internal, e))?,
+    };
     let secret = sign::new_secret().map_err(|e| ApiError::new(Code::Internal, e))?;
     let endpoint = Endpoint {
         id: format!("wh_{id}"),
@@ -205,21 +210,30 @@ pub async fn create_webhook(
         secret,
         created_at: now_ms(),
     };
-    if !store
-        .create(&tenant, &endpoint, MAX_ENDPOINTS)
-        .await
-        .map_err(store_error)?
-    {
-        return Err(ApiError::new(
-            Code::WebhookQuota,
-            format!("this tenant has {MAX_ENDPOINTS} webhook endpoints, the most it may have; delete one first"),
-        ));
-    }
+    let created = store.create(&tenant, &endpoint, MAX_ENDPOINTS);
+    let endpoint = match created.await.map_err(store_error)? {
+        Created::Stored => endpoint,
+        // An earlier attempt of this keyed request made it: answer as that attempt did.
+        Created::Exists => {
+            if let Some(k) = idempotency::current() {
+                k.committed(true);
+            }
+            self::endpoint(store.as_ref(), &tenant, &endpoint.id).await?
+        }
+        Created::Full => {
+            return Err(ApiError::new(
+                Code::WebhookQuota,
+                format!("this tenant has {MAX_ENDPOINTS} webhook endpoints, the most it may have; delete one first"),
+            ))
+        }
+    };
+    // Not kept for a replay (so the secret stays in one place): a retry is answered from the
+    // endpoint its first attempt made.
     Ok(HttpResponse::Created()
         .insert_header(("Cache-Control", "no-store"))
         .json(CreatedWebhook {
             webhook: view(&endpoint),
-            secret: endpoint.secret.clone(),
+            secret: endpoint.secret,
         }))
 }
 

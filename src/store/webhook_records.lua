@@ -12,6 +12,8 @@
 --           ARGV[9] attempts kept
 local op = ARGV[1]
 if op == 'create' then
+  -- 2: a keyed retry of a creation that was made; 0: the tenant has the most it may.
+  if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then return 2 end
   if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
   redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
   return 1

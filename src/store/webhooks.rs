@@ -57,6 +57,16 @@ pub struct Taken {
     pub job: Job,
 }
 
+/// What [`WebhookStore::create`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    Stored,
+    /// An endpoint with this id exists already.
+    Exists,
+    /// The tenant has as many endpoints as it may.
+    Full,
+}
+
 /// A page of an endpoint's deliveries, newest first.
 #[derive(Clone, Debug, Default)]
 pub struct DeliveryPage {
@@ -79,13 +89,14 @@ pub struct Recording<'a> {
 }
 
 pub trait WebhookStore: Send + Sync + 'static {
-    /// Stores a new endpoint unless the tenant has `max` already (then false).
+    /// Stores a new endpoint unless one with its id exists (a keyed retry: nothing is changed)
+    /// or the tenant has `max` already.
     fn create<'a>(
         &'a self,
         tenant: &'a str,
         endpoint: &'a Endpoint,
         max: usize,
-    ) -> BoxFuture<'a, StoreResult<bool>>;
+    ) -> BoxFuture<'a, StoreResult<Created>>;
     /// The tenant's endpoints, oldest first.
     fn endpoints<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<Vec<Endpoint>>>;
     fn endpoint<'a>(

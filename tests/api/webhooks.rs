@@ -13,7 +13,7 @@ use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 use crate::auth::key_for;
 use crate::failover::spawn_process_with;
-use crate::helpers::{spawn_with, TestApp, TestRedis};
+use crate::helpers::{spawn_with, TestApp, TestCluster, TestRedis};
 use crate::review::plan_and_await_review;
 
 /// A replica that may deliver to loopback, retries fast and looks for work often.
@@ -25,6 +25,23 @@ async fn replica(redis: &TestRedis, id: &str) -> TestApp {
         s.default_rate = 100_000;
     })
     .await
+}
+
+/// A receiver on loopback that answers the first `n` deliveries with `first`, then 200.
+async fn receiver(first: ResponseTemplate, n: u64) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(first)
+        .up_to_n_times(n)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .with_priority(2)
+        .mount(&server)
+        .await;
+    server
 }
 
 async fn register(app: &TestApp, url: &str, events: &[&str]) -> Value {
@@ -99,11 +116,7 @@ fn body(req: &Request) -> Value {
 async fn a_plan_review_and_its_approval_are_delivered_signed_to_a_local_receiver() {
     let redis = TestRedis::start().await;
     let app = replica(&redis, "a").await;
-    let receiver = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(204))
-        .mount(&receiver)
-        .await;
+    let receiver = receiver(ResponseTemplate::new(204), u64::MAX).await;
     let hook = register(
         &app,
         &format!("{}/hook?token=abc", receiver.uri()),
@@ -170,18 +183,7 @@ async fn a_plan_review_and_its_approval_are_delivered_signed_to_a_local_receiver
 async fn a_receiver_that_fails_twice_gets_a_third_attempt_and_all_three_are_recorded() {
     let redis = TestRedis::start().await;
     let app = replica(&redis, "a").await;
-    let receiver = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(503))
-        .up_to_n_times(2)
-        .with_priority(1)
-        .mount(&receiver)
-        .await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200))
-        .with_priority(2)
-        .mount(&receiver)
-        .await;
+    let receiver = receiver(ResponseTemplate::new(503), 2).await;
     let hook = register(&app, &receiver.uri(), &["turn.ended"]).await;
 
     let sid = app.create_session().await;
@@ -223,19 +225,9 @@ async fn a_replica_killed_mid_delivery_leaves_it_to_another_and_the_receiver_see
         ("DSH_WEBHOOK_POLL_MS", "50"),
     ];
     let mut a = spawn_process_with(&redis, "a", 1, &env).await;
-    let receiver = MockServer::start().await;
     // The first delivery is held open; whatever comes after is answered at once.
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(60)))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&receiver)
-        .await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200))
-        .with_priority(2)
-        .mount(&receiver)
-        .await;
+    let slow = ResponseTemplate::new(200).set_delay(Duration::from_secs(60));
+    let receiver = receiver(slow, 1).await;
     let hook = register(&a.app, &receiver.uri(), &["turn.ended"]).await;
     let sid = a.app.create_session().await;
     a.app.prompt(&sid, "main", "hello").await.ok();
@@ -338,6 +330,24 @@ async fn registrations_are_validated_limited_kept_secret_and_isolated_per_tenant
     over.assert_problem(429, "webhook-quota");
     register(&globex, "https://hooks.example.com/globex", &["turn.ended"]).await;
 
+    // A keyed registration sent again names the same endpoint (and is not counted twice).
+    let keyed = |key: &'static str| {
+        acme.client
+            .post(acme.url("/v1/webhooks"))
+            .header("Idempotency-Key", key)
+            .json(&json!({"url": "https://hooks.example.com/keyed", "events": ["turn.ended"]}))
+    };
+    acme.send(acme.client.delete(acme.url(&format!("/v1/webhooks/{id}"))))
+        .await;
+    let first = acme.send(keyed("k-1")).await;
+    let again = acme.send(keyed("k-1")).await;
+    assert_eq!((first.status.as_u16(), again.status.as_u16()), (201, 201));
+    assert_eq!(first.body, again.body);
+    acme.send(keyed("k-2"))
+        .await
+        .assert_problem(429, "webhook-quota");
+    let id = first.body["id"].as_str().unwrap();
+
     let deleted = acme
         .send(acme.client.delete(acme.url(&format!("/v1/webhooks/{id}"))))
         .await;
@@ -349,4 +359,35 @@ async fn registrations_are_validated_limited_kept_secret_and_isolated_per_tenant
         .await
         .assert_problem(404, "webhook-not-found");
     register(&acme, "https://hooks.example.com/again", &["turn.ended"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_deliveries_are_queued_retried_and_recorded_within_single_slots() {
+    let cluster = TestCluster::start(3, 0, 1000).await;
+    let redis = cluster.redis();
+    let app = replica(&redis, "a").await;
+    let receiver = receiver(ResponseTemplate::new(500), 1).await;
+    let hook = register(&app, &receiver.uri(), &["turn.ended"]).await;
+    // Sessions fall into different queue groups, on different nodes.
+    let mut sessions = Vec::new();
+    for _ in 0..4 {
+        let sid = app.create_session().await;
+        let turn = app.prompt(&sid, "main", "hello").await.ok()["turn"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        sessions.push((sid, turn));
+    }
+    for (sid, turn) in &sessions {
+        app.await_turn_end(sid, turn).await;
+    }
+    let page = await_delivery(&app, hook["id"].as_str().unwrap(), "succeeded").await;
+    let deliveries = page["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 4);
+    let attempts: usize = deliveries
+        .iter()
+        .map(|d| d["attempts"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(attempts, 5, "one retry after the one 500");
+    assert_eq!(await_requests(&receiver, 5).await.len(), 5);
 }

@@ -8870,7 +8870,13 @@ export interface operations {
     createWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Makes the write safe to retry (Stripe's semantics), for 24 hours per key of the tenant: a retry of the same request (method, path, credential, body) gets the first final answer again with `Idempotent-Replayed: true`, and never applies twice, also after a 503 or a timeout. The key with a different request: 422 `idempotency-key-reused`; while the first still runs: 409 `idempotency-key-in-use` with `Retry-After`; a malformed key: 400 `invalid-idempotency-key`. 5xx and 429 answers are not final: the retry runs again and learns what was applied.
+                 * @example 7c4a1f0e-9d2b-4c55-8a3e-1f2b3c4d5e6f
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -8893,6 +8899,7 @@ export interface operations {
             /** @description The endpoint, with its signing secret (shown only here) */
             201: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8906,10 +8913,12 @@ export interface operations {
              * @description Bad Request: a problem document with one of these codes:
              *
              *     - `malformed-json`: The body is not valid JSON.
+             *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
              *     - `invalid-webhook`: The webhook's `url` is not an http(s) URL of at most 2048 bytes without credentials on a public address, or an event type is unknown.
              */
             400: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8918,7 +8927,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "malformed-json" | "invalid-webhook";
+                        code?: "malformed-json" | "invalid-idempotency-key" | "invalid-webhook";
                     };
                 };
             };
@@ -8930,6 +8939,7 @@ export interface operations {
              */
             401: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8949,6 +8959,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8968,6 +8979,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8981,12 +8993,35 @@ export interface operations {
                 };
             };
             /**
+             * @description Conflict: a problem document with one of these codes:
+             *
+             *     - `idempotency-key-in-use`: A request with this `Idempotency-Key` is still running: retry after `Retry-After` to get its answer.
+             *     - `already-applied`: A retry of a request that was applied already and whose answer can no longer be rebuilt (the log was compacted since): read the resource to see its state.
+             */
+            409: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "idempotency-key-in-use" | "already-applied";
+                    };
+                };
+            };
+            /**
              * @description Payload Too Large: a problem document with one of these codes:
              *
              *     - `payload-too-large`: The body is larger than 64 KiB.
              */
             413: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9006,6 +9041,7 @@ export interface operations {
              */
             415: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9022,9 +9058,11 @@ export interface operations {
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
              */
             422: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9033,7 +9071,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "invalid-body";
+                        code?: "invalid-body" | "idempotency-key-reused";
                     };
                 };
             };
@@ -9041,10 +9079,12 @@ export interface operations {
              * @description Too Many Requests: a problem document with one of these codes:
              *
              *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             *     - `idempotency-key-quota`: The tenant holds as many idempotency keys (of the last 24 hours) as it may: retry after `Retry-After`, or send the write without a key.
              *     - `webhook-quota`: The tenant has as many webhook endpoints as it may (16): delete one first.
              */
             429: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "Retry-After": components["headers"]["Retry-After"];
@@ -9054,7 +9094,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "rate-limited" | "webhook-quota";
+                        code?: "rate-limited" | "idempotency-key-quota" | "webhook-quota";
                     };
                 };
             };

@@ -12,8 +12,8 @@ use redis::{Script, Value};
 
 use super::super::entries::{bytes, corrupt, int};
 use super::super::webhooks::{
-    DeliveryPage, Endpoint, Job, Recording, Taken, WebhookStore, KEPT_ATTEMPTS, KEPT_DELIVERIES,
-    QUEUE_MAX, SEEN_MS,
+    Created, DeliveryPage, Endpoint, Job, Recording, Taken, WebhookStore, KEPT_ATTEMPTS,
+    KEPT_DELIVERIES, QUEUE_MAX, SEEN_MS,
 };
 use super::super::{StoreError, StoreResult};
 use super::{unavailable, Conn, RedisLog, LEASE_GROUPS};
@@ -142,12 +142,16 @@ impl WebhookStore for RedisWebhooks {
         tenant: &'a str,
         endpoint: &'a Endpoint,
         max: usize,
-    ) -> BoxFuture<'a, StoreResult<bool>> {
+    ) -> BoxFuture<'a, StoreResult<Created>> {
         Box::pin(async move {
             let body = json(endpoint)?;
             let args = ["create", &endpoint.id, &body, &max.to_string()];
             let reply = self.records_op(tenant, &endpoint.id, &args).await?;
-            Ok(int(&reply) == Some(1))
+            Ok(match int(&reply) {
+                Some(1) => Created::Stored,
+                Some(2) => Created::Exists,
+                _ => Created::Full,
+            })
         })
     }
 
