@@ -254,9 +254,7 @@ impl Application {
         );
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
         if let Some(webhooks) = &stores.webhooks {
-            let consumer = format!("{replica_id}#{}", uuid::Uuid::now_v7().simple());
-            Sender::new(webhooks.clone(), consumer, settings.webhook_sender())?
-                .start(shutdown.clone());
+            Sender::start_for(webhooks, &replica_id, settings.webhook_sender(), &shutdown)?;
         }
         let state = Arc::new(AppState {
             sessions,

@@ -83,6 +83,19 @@ impl Sender {
         }))
     }
 
+    /// Starts this replica's sender (its consumer name: the replica's id and a fresh suffix,
+    /// so a restarted replica never inherits what its last run left pending; that is claimed).
+    pub fn start_for(
+        store: &Arc<dyn WebhookStore>,
+        replica: &str,
+        config: SenderConfig,
+        shutdown: &tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let consumer = format!("{replica}#{}", uuid::Uuid::now_v7().simple());
+        Self::new(store.clone(), consumer, config)?.start(shutdown.clone());
+        Ok(())
+    }
+
     /// Takes and sends jobs until `shutdown` turns true. Jobs in flight then are left pending
     /// (another replica claims them); none is taken after.
     pub fn start(

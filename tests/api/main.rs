@@ -44,4 +44,5 @@ mod store_full;
 mod tls;
 mod turns;
 mod verify;
+mod webhook_queue;
 mod webhooks;
