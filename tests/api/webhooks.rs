@@ -28,7 +28,7 @@ async fn replica(redis: &TestRedis, id: &str) -> TestApp {
 }
 
 /// A receiver on loopback that answers the first `n` deliveries with `first`, then 200.
-async fn receiver(first: ResponseTemplate, n: u64) -> MockServer {
+pub async fn receiver(first: ResponseTemplate, n: u64) -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(first)
@@ -44,7 +44,7 @@ async fn receiver(first: ResponseTemplate, n: u64) -> MockServer {
     server
 }
 
-async fn register(app: &TestApp, url: &str, events: &[&str]) -> Value {
+pub async fn register(app: &TestApp, url: &str, events: &[&str]) -> Value {
     let body = json!({"url": url, "events": events, "description": "test receiver"});
     let reply = app.post_json("/v1/webhooks", body).await;
     assert_eq!(reply.status, 201, "{reply:?}");
@@ -75,7 +75,7 @@ fn assert_signed(req: &Request, secret: &str) {
 }
 
 /// The receiver's requests once at least `n` came (within 20 s).
-async fn await_requests(receiver: &MockServer, n: usize) -> Vec<Request> {
+pub async fn await_requests(receiver: &MockServer, n: usize) -> Vec<Request> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let got = receiver.received_requests().await.unwrap_or_default();
@@ -108,7 +108,7 @@ async fn await_delivery(app: &TestApp, webhook: &str, status: &str) -> Value {
     }
 }
 
-fn body(req: &Request) -> Value {
+pub fn body(req: &Request) -> Value {
     serde_json::from_slice(&req.body).unwrap()
 }
 

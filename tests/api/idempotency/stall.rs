@@ -281,3 +281,49 @@ async fn a_retry_after_the_log_was_compacted_past_its_commit_says_it_was_applied
         "trimmed, not flipped again"
     );
 }
+
+#[tokio::test]
+async fn an_answer_committed_in_a_redis_stall_is_still_delivered_to_webhooks_once() {
+    use crate::webhooks::{await_requests, body, receiver, register};
+    let redis = TestRedis::start_private().await;
+    let proxy = StallProxy::start(&redis.url).await;
+    let url = proxy.url.clone();
+    let app = spawn_with(Some(&redis), "a", move |s| {
+        s.redis_url = Some(url);
+        s.webhook_allow_private = true;
+        s.webhook_poll_ms = 50;
+    })
+    .await;
+    let hooks = receiver(wiremock::ResponseTemplate::new(200), 1).await;
+    register(&app, &hooks.uri(), &["plan.approved"]).await;
+    let sid = app.create_session().await;
+    let (turn, question) = plan_and_await_review(&app, &sid, "fix the login bug").await;
+    let qid = question["id"].as_str().unwrap();
+    let path = format!("/v1/sessions/{sid}/questions/{qid}/answer");
+    let body_sent = json!({"label": "Approve"});
+    // Committed, but the attempt never learned it, so it announced nothing.
+    let on = "question/answered";
+    stalled(
+        &proxy,
+        &app,
+        Method::POST,
+        &path,
+        "answer-1",
+        body_sent.clone(),
+        on,
+    )
+    .await;
+    // Its keyed retry (or the replica adopting the turn) announces it.
+    retry(&app, Method::POST, &path, "answer-1", body_sent).await;
+    app.await_turn_end(&sid, &turn).await;
+    let got = await_requests(&hooks, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got_later = hooks.received_requests().await.unwrap();
+    assert_eq!(
+        got_later.len(),
+        got.len(),
+        "announced more than once: {got_later:?}"
+    );
+    assert_eq!(got.len(), 1);
+    assert_eq!(body(&got[0])["data"]["question"], qid);
+}
