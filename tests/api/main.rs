@@ -45,4 +45,5 @@ mod tls;
 mod turns;
 mod verify;
 mod webhook_queue;
+mod webhook_recovery;
 mod webhooks;
