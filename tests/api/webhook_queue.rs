@@ -1,6 +1,7 @@
 //! The webhook delivery queue on its own (the Redis store behind the senders): announcing an
 //! event twice queues one job, a job stays with the replica that took it until it is finished
-//! or has been quiet for the visibility timeout, and a retry comes back when it is due.
+//! or has been quiet for the visibility timeout, and a retry comes back when it is due; and
+//! the whole of it on a Redis Cluster, every script within one slot.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,10 @@ use dsh_plan::store::webhooks::{Job, WebhookStore};
 use dsh_plan::store::{now_ms, RedisLog, RedisWebhooks};
 use serde_json::json;
 
-use crate::helpers::{spawn_replica, TestRedis};
+use wiremock::ResponseTemplate;
+
+use crate::helpers::{spawn_replica, TestCluster, TestRedis};
+use crate::webhooks::{await_delivery, await_requests, receiver, register, replica};
 
 async fn queue(redis: &TestRedis) -> Arc<dyn WebhookStore> {
     let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
@@ -113,4 +117,35 @@ async fn without_redis_the_webhook_routes_say_the_feature_is_not_there() {
     let body = json!({"url": "https://hooks.example.com/", "events": ["turn.ended"]});
     let reply = app.post_json("/v1/webhooks", body).await;
     reply.assert_problem(404, "feature-disabled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_deliveries_are_queued_retried_and_recorded_within_single_slots() {
+    let cluster = TestCluster::start(3, 0, 1000).await;
+    let redis = cluster.redis();
+    let app = replica(&redis, "a").await;
+    let receiver = receiver(ResponseTemplate::new(500), 1).await;
+    let hook = register(&app, &receiver.uri(), &["turn.ended"]).await;
+    // Sessions fall into different queue groups, on different nodes.
+    let mut sessions = Vec::new();
+    for _ in 0..4 {
+        let sid = app.create_session().await;
+        let turn = app.prompt(&sid, "main", "hello").await.ok()["turn"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        sessions.push((sid, turn));
+    }
+    for (sid, turn) in &sessions {
+        app.await_turn_end(sid, turn).await;
+    }
+    let page = await_delivery(&app, hook["id"].as_str().unwrap(), "succeeded").await;
+    let deliveries = page["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 4);
+    let attempts: usize = deliveries
+        .iter()
+        .map(|d| d["attempts"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(attempts, 5, "one retry after the one 500");
+    assert_eq!(await_requests(&receiver, 5).await.len(), 5);
 }
