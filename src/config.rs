@@ -309,6 +309,10 @@ pub struct Settings {
     /// URLs are refused at registration and such addresses at every connection).
     #[arg(long, env = "DSH_WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, global = true)]
     pub webhook_allow_private: bool,
+    /// Webhooks: how long (ms) after its event a delivery is retried before it is `failed`:
+    /// a day; shorter only in tests.
+    #[arg(long, env = "DSH_WEBHOOK_GIVE_UP_MS", default_value_t = crate::domain::webhooks::GIVE_UP_MS, hide = true, global = true)]
+    pub webhook_give_up_ms: u64,
 }
 
 impl Settings {
@@ -353,6 +357,7 @@ impl Settings {
             webhook_poll_ms: 500,
             webhook_concurrency: 32,
             webhook_allow_private: false,
+            webhook_give_up_ms: crate::domain::webhooks::GIVE_UP_MS,
         }
     }
 
@@ -372,6 +377,7 @@ impl Settings {
             poll_ms: self.webhook_poll_ms,
             concurrency: self.webhook_concurrency,
             allow_private: self.webhook_allow_private,
+            give_up_ms: self.webhook_give_up_ms,
         }
     }
 

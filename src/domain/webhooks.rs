@@ -201,20 +201,21 @@ pub struct Delivery {
     pub created_at: u64,
 }
 
-/// How long a delivery is retried before it is `failed`.
+/// How long a delivery is retried before it is `failed` (`DSH_WEBHOOK_GIVE_UP_MS`, shorter only
+/// in tests).
 pub const GIVE_UP_MS: u64 = 24 * 3600 * 1000;
 /// The longest wait between two attempts.
 pub const MAX_BACKOFF_MS: u64 = 3600 * 1000;
 
 /// The wait after attempt `n` (1-based) failed: `base`, doubling each time, at most
-/// [`MAX_BACKOFF_MS`]; `None` once the next attempt would come more than [`GIVE_UP_MS`] after
-/// the event (`age_ms` old now).
-pub fn backoff(base_ms: u64, n: u32, age_ms: u64) -> Option<u64> {
+/// [`MAX_BACKOFF_MS`]; `None` once the next attempt would come more than `give_up_ms` (see
+/// [`GIVE_UP_MS`]) after the event (`age_ms` old now).
+pub fn backoff(base_ms: u64, n: u32, age_ms: u64, give_up_ms: u64) -> Option<u64> {
     let wait = base_ms
         .max(1)
         .saturating_mul(1u64 << n.saturating_sub(1).min(40))
         .min(MAX_BACKOFF_MS);
-    (age_ms.saturating_add(wait) <= GIVE_UP_MS).then_some(wait)
+    (age_ms.saturating_add(wait) <= give_up_ms).then_some(wait)
 }
 
 #[cfg(test)]
@@ -242,11 +243,11 @@ mod tests {
 
     #[test]
     fn retries_back_off_exponentially_up_to_a_cap_and_stop_after_a_day() {
-        assert_eq!(backoff(1000, 1, 0), Some(1000));
-        assert_eq!(backoff(1000, 2, 0), Some(2000));
-        assert_eq!(backoff(1000, 5, 0), Some(16_000));
-        assert_eq!(backoff(1000, 30, 0), Some(MAX_BACKOFF_MS));
-        assert_eq!(backoff(1000, 1, GIVE_UP_MS - 1000), Some(1000));
-        assert_eq!(backoff(1000, 1, GIVE_UP_MS - 999), None);
+        assert_eq!(backoff(1000, 1, 0, GIVE_UP_MS), Some(1000));
+        assert_eq!(backoff(1000, 2, 0, GIVE_UP_MS), Some(2000));
+        assert_eq!(backoff(1000, 5, 0, GIVE_UP_MS), Some(16_000));
+        assert_eq!(backoff(1000, 30, 0, GIVE_UP_MS), Some(MAX_BACKOFF_MS));
+        assert_eq!(backoff(1000, 1, GIVE_UP_MS - 1000, GIVE_UP_MS), Some(1000));
+        assert_eq!(backoff(1000, 1, GIVE_UP_MS - 999, GIVE_UP_MS), None);
     }
 }

@@ -48,6 +48,8 @@ pub struct SenderConfig {
     pub concurrency: usize,
     /// Whether private and loopback destinations are allowed.
     pub allow_private: bool,
+    /// How long after its event a delivery is retried before it is `failed`.
+    pub give_up_ms: u64,
 }
 
 pub struct Sender {
@@ -192,6 +194,7 @@ impl Sender {
                 self.config.backoff_ms,
                 job.attempts,
                 now.saturating_sub(job.created_at),
+                self.config.give_up_ms,
             )
             .map(|wait| now + wait),
         };

@@ -248,6 +248,36 @@ async fn a_receiver_that_fails_twice_gets_a_third_attempt_and_all_three_are_reco
 }
 
 #[tokio::test]
+async fn a_delivery_that_keeps_failing_is_given_up_as_failed_when_its_time_is_over() {
+    let redis = TestRedis::start().await;
+    let app = spawn_with(Some(&redis), "a", |s| {
+        s.webhook_allow_private = true;
+        s.webhook_backoff_ms = 100;
+        s.webhook_poll_ms = 50;
+        s.webhook_give_up_ms = 1000;
+    })
+    .await;
+    let receiver = receiver(ResponseTemplate::new(500), u64::MAX).await;
+    let hook = register(&app, &receiver.uri(), &["turn.ended"]).await;
+    let sid = app.create_session().await;
+    app.prompt(&sid, "main", "hello").await.ok();
+    let page = await_delivery(&app, hook["id"].as_str().unwrap(), "failed").await;
+    let delivery = &page["deliveries"][0];
+    assert!(delivery.get("next_attempt_at").is_none(), "{delivery}");
+    let attempts = delivery["attempts"].as_array().unwrap();
+    // 100, 200, 400 ms apart: the next wait (800 ms) would pass the second.
+    assert!((3..=5).contains(&attempts.len()), "{attempts:?}");
+    assert!(attempts.iter().all(|a| a["status"] == 500));
+    let sent = receiver.received_requests().await.unwrap().len();
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(
+        receiver.received_requests().await.unwrap().len(),
+        sent,
+        "no attempt after"
+    );
+}
+
+#[tokio::test]
 async fn a_replica_killed_mid_delivery_leaves_it_to_another_and_the_receiver_sees_it_once_after_dedup(
 ) {
     let redis = TestRedis::start().await;
