@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::{ServiceError, Sessions};
-use crate::domain::webhooks::{delivery_id, notable, payload, Delivery, DeliveryStatus};
+use crate::domain::webhooks::{delivery_id, notable, payload, Delivery, DeliveryStatus, Notable};
 use crate::domain::{Recorded, SessionId, SessionState};
 use crate::limits::tenant_name;
 use crate::store::redis::lease_group;
@@ -45,9 +45,17 @@ impl Sessions {
         if notable.is_empty() {
             return;
         }
-        let tenant = tenant_name(state.terms.tenant.as_ref());
-        if let Err(e) = queue(store.as_ref(), tenant, sid, &notable).await {
-            tracing::warn!(session = %sid, error = %e, "queueing webhook deliveries failed; they are not sent");
+        let tenant = tenant_name(state.terms.tenant.as_ref()).to_owned();
+        let (store, sid) = (store.clone(), sid.clone());
+        // A task of its own, awaited: a caller that goes away (a client that hung up) does not
+        // cancel it halfway.
+        let queued = tokio::spawn(async move {
+            if let Err(e) = queue(store.as_ref(), &tenant, &sid, &notable).await {
+                tracing::warn!(session = %sid, error = %e, "queueing webhook deliveries failed; they are not sent");
+            }
+        });
+        if let Err(e) = queued.await {
+            tracing::error!(error = %e, "queueing webhook deliveries panicked");
         }
     }
 
@@ -69,7 +77,7 @@ async fn queue(
     store: &dyn WebhookStore,
     tenant: &str,
     sid: &SessionId,
-    notable: &[crate::domain::webhooks::Notable],
+    notable: &[Notable],
 ) -> Result<(), StoreError> {
     let endpoints = store.endpoints(tenant).await?;
     for n in notable {
