@@ -271,6 +271,48 @@ pub struct Settings {
         global = true
     )]
     pub provider_call_window_ms: u64,
+    /// Webhooks: the wait (ms) after a first failed delivery attempt; it doubles after each
+    /// further one, up to an hour, for 24 hours.
+    #[arg(
+        long,
+        env = "DSH_WEBHOOK_BACKOFF_MS",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub webhook_backoff_ms: u64,
+    /// Webhooks: how long (ms) a delivery may stay taken by a replica before another replica
+    /// sends it (the first one died); longer than a delivery's 10 s timeout.
+    #[arg(
+        long,
+        env = "DSH_WEBHOOK_CLAIM_MS",
+        default_value_t = 60_000,
+        global = true
+    )]
+    pub webhook_claim_ms: u64,
+    /// Webhooks: how often (ms) an idle replica looks for deliveries to send.
+    #[arg(
+        long,
+        env = "DSH_WEBHOOK_POLL_MS",
+        default_value_t = 500,
+        global = true
+    )]
+    pub webhook_poll_ms: u64,
+    /// Webhooks: deliveries one replica sends at once at most.
+    #[arg(
+        long,
+        env = "DSH_WEBHOOK_CONCURRENCY",
+        default_value_t = 32,
+        global = true
+    )]
+    pub webhook_concurrency: usize,
+    /// Webhooks: allow endpoints on private, loopback and link-local addresses (off: such
+    /// URLs are refused at registration and such addresses at every connection).
+    #[arg(long, env = "DSH_WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, global = true)]
+    pub webhook_allow_private: bool,
+    /// Webhooks: how long (ms) after its event a delivery is retried before it is `failed`:
+    /// a day; shorter only in tests.
+    #[arg(long, env = "DSH_WEBHOOK_GIVE_UP_MS", default_value_t = crate::domain::webhooks::GIVE_UP_MS, hide = true, global = true)]
+    pub webhook_give_up_ms: u64,
 }
 
 impl Settings {
@@ -310,6 +352,12 @@ impl Settings {
             tls_cert: None,
             tls_key: None,
             provider_call_window_ms: 60_000,
+            webhook_backoff_ms: 1000,
+            webhook_claim_ms: 60_000,
+            webhook_poll_ms: 500,
+            webhook_concurrency: 32,
+            webhook_allow_private: false,
+            webhook_give_up_ms: crate::domain::webhooks::GIVE_UP_MS,
         }
     }
 
@@ -318,6 +366,18 @@ impl Settings {
         crate::store::redis::RedisOptions {
             cluster: self.redis_cluster,
             wait_replicas: self.redis_wait_replicas,
+        }
+    }
+
+    /// How this replica sends webhook deliveries.
+    pub fn webhook_sender(&self) -> crate::webhooks::SenderConfig {
+        crate::webhooks::SenderConfig {
+            backoff_ms: self.webhook_backoff_ms,
+            claim_ms: self.webhook_claim_ms,
+            poll_ms: self.webhook_poll_ms,
+            concurrency: self.webhook_concurrency,
+            allow_private: self.webhook_allow_private,
+            give_up_ms: self.webhook_give_up_ms,
         }
     }
 

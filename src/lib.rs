@@ -5,6 +5,7 @@
 //! - [`auth`] — API keys, browser tokens, and who may do what to which session;
 //! - [`limits`] — per-key request rates and per-tenant quotas that hold across replicas;
 //! - [`service`] — folds on read, compare-and-append decisions, the per-replica cache;
+//! - [`webhooks`] — sending deliveries to the tenants' endpoints, signed, at least once;
 //! - [`http`] — thin handlers, the one error type, the OpenAPI document;
 //! - [`redact`] — what of a URL or an outside error text may be logged, printed or returned;
 //! - [`verify`] — the invariant checker behind `dsh-plan verify`;
@@ -24,3 +25,4 @@ pub mod startup;
 pub mod store;
 pub mod tls;
 pub mod verify;
+pub mod webhooks;

@@ -32,6 +32,7 @@ pub use listing::{SessionSummary, SessionsPage};
 mod group;
 pub mod idempotency;
 mod replay;
+mod webhooks;
 
 /// Events read per round trip while catching a cold session up.
 const FOLD_BATCH: usize = 10_000;
@@ -123,6 +124,8 @@ pub struct Sessions {
     /// The tenants' session quotas: a new session is admitted before it is created, and its
     /// expiry in the count follows its writes.
     limits: Option<Arc<Limits>>,
+    /// Where committed events are announced to the tenants' webhooks ([`webhooks`]).
+    webhooks: Option<Arc<dyn crate::store::WebhookStore>>,
 }
 
 impl Sessions {
@@ -135,6 +138,7 @@ impl Sessions {
                 .collect(),
             queues: group::Queues::default(),
             limits: None,
+            webhooks: None,
         }
     }
 
@@ -276,6 +280,7 @@ impl Sessions {
                 let value = d.value.downcast::<T>().unwrap_or_else(|_| {
                     unreachable!("a decision's value keeps its type through the queue")
                 });
+                self.announce(sid, &d.state, &d.events).await;
                 Ok(Decided {
                     value: *value,
                     state: d.state,
@@ -283,7 +288,10 @@ impl Sessions {
                 })
             }
             group::Answer::Already { first, last } => {
-                self.rebuild(sid, first, last, &*decide).await
+                // The earlier attempt may have died before it announced its events.
+                let rebuilt = self.rebuild(sid, first, last, &*decide).await?;
+                self.announce(sid, &rebuilt.state, &rebuilt.events).await;
+                Ok(rebuilt)
             }
             group::Answer::Failed(e) => Err(e),
             group::Answer::Panicked(p) => std::panic::resume_unwind(p),

@@ -23,8 +23,10 @@ use crate::service::idempotency::Idempotency;
 use crate::service::Sessions;
 use crate::store::{
     EventLog, FileKeys, KeyStore, LimitStore, LiveBus, MemoryLeases, MemoryLimits, MemoryLog,
-    MemoryRequests, RedisLeases, RedisLimits, RedisLog, RedisRequests, RequestStore, TurnLeases,
+    MemoryRequests, RedisLeases, RedisLimits, RedisLog, RedisRequests, RedisWebhooks, RequestStore,
+    TurnLeases, WebhookStore,
 };
+use crate::webhooks::Sender;
 
 /// The stores a replica needs.
 #[derive(Clone)]
@@ -38,6 +40,8 @@ pub struct Stores {
     pub limits: Arc<dyn LimitStore>,
     /// The records of writes sent with an `Idempotency-Key`, shared by every replica.
     pub requests: Arc<dyn RequestStore>,
+    /// Webhook endpoints, their delivery queue and records (Redis only).
+    pub webhooks: Option<Arc<dyn WebhookStore>>,
 }
 
 pub struct Application {
@@ -85,6 +89,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
             let leases = Arc::new(RedisLeases::new(&log));
             let limits = Arc::new(RedisLimits::new(&log));
             let requests = Arc::new(RedisRequests::new(&log));
+            let webhooks: Arc<dyn WebhookStore> = Arc::new(RedisWebhooks::new(&log));
             let log = Arc::new(log);
             Stores {
                 log: log.clone(),
@@ -93,6 +98,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 keys: log.clone(),
                 limits,
                 requests,
+                webhooks: Some(webhooks),
             }
         }
         None => {
@@ -107,6 +113,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Stores> {
                 keys: Arc::new(FileKeys::new(settings.keys_file.clone().map(Into::into))),
                 limits: Arc::new(MemoryLimits::default()),
                 requests: Arc::new(MemoryRequests::default()),
+                webhooks: None,
             }
         }
     })
@@ -220,7 +227,11 @@ impl Application {
         );
         let provider = open_provider(&settings, policy)?;
         let limits = Limits::new(stores.limits.clone(), &settings);
-        let sessions = Arc::new(Sessions::new(stores.log.clone()).with_limits(limits.clone()));
+        let mut sessions = Sessions::new(stores.log.clone()).with_limits(limits.clone());
+        if let Some(webhooks) = &stores.webhooks {
+            sessions = sessions.with_webhooks(webhooks.clone());
+        }
+        let sessions = Arc::new(sessions);
         let engine = Engine::new(
             sessions.clone(),
             stores.live.clone(),
@@ -242,6 +253,9 @@ impl Application {
             settings.sse_feed_capacity,
         );
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
+        if let Some(webhooks) = &stores.webhooks {
+            Sender::start_for(webhooks, &replica_id, settings.webhook_sender(), &shutdown)?;
+        }
         let state = Arc::new(AppState {
             sessions,
             engine,
@@ -257,6 +271,8 @@ impl Application {
             requests: Default::default(),
             limits,
             idempotency: Arc::new(Idempotency::new(stores.requests.clone())),
+            webhooks: stores.webhooks.clone(),
+            webhook_allow_private: settings.webhook_allow_private,
         });
         // Before binding: bad certificate files stop the start with a clear message.
         let tls =

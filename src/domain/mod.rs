@@ -9,6 +9,7 @@ pub mod plan;
 pub mod questions;
 pub mod session;
 pub mod turn;
+pub mod webhooks;
 
 pub use agent::{AgentState, AgentStatus, Next};
 pub use event::{EventKind, NewEvent, Recorded};

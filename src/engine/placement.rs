@@ -92,6 +92,10 @@ impl Engine {
             match TurnRef::parse(&member) {
                 Some(t) => {
                     tracing::info!(session = %t.sid, agent = %t.agent, turn = %t.turn, "adopting a turn whose lease expired");
+                    // Its replica may have died between a commit and announcing it to webhooks.
+                    if let Err(e) = self.sessions.announce_recent(&t.sid).await {
+                        tracing::warn!(session = %t.sid, error = %e, "announcing the adopted turn's events again failed");
+                    }
                     self.spawn_turn(t);
                 }
                 None => {

@@ -24,6 +24,8 @@ impl Engine {
         let tenant = state.terms.tenant.clone();
         // Counted against the tenant's running turns while this runner works on it.
         let mut hold = None;
+        // Whether this runner took a step of the turn, and whether it ended the turn itself.
+        let (mut worked, mut ended_here) = (false, false);
         loop {
             if lost.load(Ordering::SeqCst) {
                 return Err(TurnStop::LeaseLost);
@@ -36,10 +38,19 @@ impl Engine {
             if hold.is_none() && !matches!(next, Next::Closed | Next::Wait) {
                 hold = Some(self.limits.hold_turn(tenant.clone(), t.member()));
             }
+            if matches!(next, Next::Closed) && worked && !ended_here {
+                // Ended elsewhere under this runner (a cancel): the replica that ended it may
+                // have died before announcing the end to webhooks.
+                if let Err(e) = self.sessions.announce_recent(&t.sid).await {
+                    tracing::warn!(session = %t.sid, error = %e, "announcing a turn's end again failed");
+                }
+            }
+            worked = true;
             state = match next {
                 Next::Closed => return Ok(Exit::Closed),
                 Next::Wait => return Ok(Exit::Waiting),
                 Next::End { .. } => {
+                    ended_here = true;
                     let on = t.clone();
                     let d = self
                         .sessions

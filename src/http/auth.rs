@@ -16,10 +16,10 @@ use super::{rate_limit, ApiError, AppState, Code};
 use crate::auth::{Action, Caller, Denied};
 use crate::domain::{AgentId, SessionId};
 
-/// Whether a route needs a credential (when auth is on): the session routes and the
-/// many-session event stream; the rest are public.
+/// Whether a route needs a credential (when auth is on): the session and webhook routes and
+/// the many-session event stream; the rest are public.
 pub(super) fn guarded(path: &str) -> bool {
-    path.starts_with("/v1/sessions") || path == MANY_EVENTS
+    path.starts_with("/v1/sessions") || path.starts_with("/v1/webhooks") || path == MANY_EVENTS
 }
 
 /// The event stream of many sessions.

@@ -96,6 +96,13 @@ pub enum Code {
     /// A retry of a request that was applied already, whose response can no longer be rebuilt
     /// (the log was compacted since): read the resource to see its state.
     AlreadyApplied,
+    /// The tenant has no webhook endpoint with this id.
+    WebhookNotFound,
+    /// The tenant has as many webhook endpoints as it may (16).
+    WebhookQuota,
+    /// A webhook registration with a URL that cannot be one (not http/https, too long, with
+    /// credentials, or a private address) or an unknown event type.
+    InvalidWebhook,
     LogCorrupt,
     Internal,
 }
@@ -105,9 +112,9 @@ impl Code {
         use Code::*;
         match self {
             MalformedJson | InvalidId | InvalidQuery | UnknownCommand | NotACommand
-            | CursorOutOfRange => StatusCode::BAD_REQUEST,
+            | CursorOutOfRange | InvalidWebhook => StatusCode::BAD_REQUEST,
             NotFound | SessionNotFound | AgentNotFound | QuestionNotFound | RevisionNotFound
-            | FeatureDisabled => StatusCode::NOT_FOUND,
+            | WebhookNotFound | FeatureDisabled => StatusCode::NOT_FOUND,
             QuestionClosed | RevisionSuperseded | TurnRunning | AgentLimit
             | IdempotencyKeyInUse | AlreadyApplied => StatusCode::CONFLICT,
             InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
@@ -120,7 +127,7 @@ impl Code {
             Unauthorized | TokenExpired => StatusCode::UNAUTHORIZED,
             InsufficientScope | CorsRefused => StatusCode::FORBIDDEN,
             RateLimited | SessionQuota | TurnQuota | ProviderCallQuota | StreamQuota
-            | IdempotencyKeyQuota => StatusCode::TOO_MANY_REQUESTS,
+            | IdempotencyKeyQuota | WebhookQuota => StatusCode::TOO_MANY_REQUESTS,
             StoreFull => StatusCode::INSUFFICIENT_STORAGE,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             LogCorrupt | Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -1,4 +1,5 @@
-//! `Idempotency-Key` on every write (POST, PUT) of a session route, with Stripe's semantics.
+//! `Idempotency-Key` on every write (POST, PUT) of a session or webhook route, with Stripe's
+//! semantics.
 //!
 //! A write that sends the header is run once per key of the caller's tenant for 24 hours: its
 //! first final response (status, body, and the headers in [`KEPT_HEADERS`]) is stored and a
@@ -55,7 +56,7 @@ pub async fn keyed_writes(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let write = matches!(*req.method(), Method::POST | Method::PUT);
-    // Only session routes know their caller; nothing else is a keyed write.
+    // Only session and webhook routes know their caller; nothing else is a keyed write.
     let caller = req.extensions().get::<Caller>().cloned();
     let (true, true, Some(caller)) = (write, req.headers().contains_key(KEY_HEADER), caller) else {
         return Ok(next.call(req).await?.map_into_boxed_body());
@@ -397,7 +398,7 @@ pub fn document(spec: &mut utoipa::openapi::OpenApi) {
         .headers
         .insert("IdempotentReplayed".to_owned(), RefOr::T(replayed));
     for (path, item) in spec.paths.paths.iter_mut() {
-        if !path.starts_with("/v1/sessions") {
+        if !path.starts_with("/v1/sessions") && !path.starts_with("/v1/webhooks") {
             continue;
         }
         for op in [&mut item.post, &mut item.put].into_iter().flatten() {

@@ -34,6 +34,7 @@ mod sessions;
 mod system;
 mod tokens;
 mod turns;
+mod webhooks;
 
 pub use auth::authenticate;
 pub use error::{ApiError, Code, Problem};
@@ -66,6 +67,10 @@ pub struct AppState {
     pub limits: Arc<crate::limits::Limits>,
     /// The records of writes sent with an `Idempotency-Key`.
     pub idempotency: Arc<crate::service::idempotency::Idempotency>,
+    /// Webhook endpoints and their deliveries (none without Redis).
+    pub webhooks: Option<Arc<dyn crate::store::WebhookStore>>,
+    /// `DSH_WEBHOOK_ALLOW_PRIVATE`.
+    pub webhook_allow_private: bool,
 }
 
 pub type State = web::Data<AppState>;
@@ -167,6 +172,7 @@ pub(crate) fn ids(raw: &(String, String)) -> Result<(SessionId, AgentId), ApiErr
         (name = "turns", description = "Prompts, steering and cancelling turns"),
         (name = "questions", description = "Questions to the user, e.g. plan reviews"),
         (name = "commands", description = "Slash commands such as /plan"),
+        (name = "webhooks", description = "Webhook endpoints of a tenant and their signed deliveries (plan reviews, decisions, turn ends)"),
         (name = "system", description = "Status, health, readiness, metrics and the model's tools")
     )
 )]
@@ -206,7 +212,12 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(sessions::fork_session)
         .service(sessions::compact_session)
         .service(tokens::mint_token)
-        .service(events::many_events);
+        .service(events::many_events)
+        .service(webhooks::create_webhook)
+        .service(webhooks::list_webhooks)
+        .service(webhooks::get_webhook)
+        .service(webhooks::delete_webhook)
+        .service(webhooks::list_deliveries);
 }
 
 /// The OpenAPI document, as `/openapi.json` serves it and `openapi/openapi.json` records it.

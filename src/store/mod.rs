@@ -22,6 +22,7 @@ pub mod memory;
 pub mod redis;
 mod redis_keys;
 pub mod requests;
+pub mod webhooks;
 mod wire;
 
 pub use self::keys::{FileKeys, KeyRecord, KeyStore};
@@ -29,8 +30,9 @@ pub use self::limits::{
     Admission, Bucket, CountedSet, LimitStore, Listed, SessionPage, TenantOverrides,
 };
 pub use self::memory::{MemoryLeases, MemoryLimits, MemoryLog, MemoryRequests};
-pub use self::redis::{RedisLeases, RedisLimits, RedisLog, RedisRequests};
+pub use self::redis::{RedisLeases, RedisLimits, RedisLog, RedisRequests, RedisWebhooks};
 pub use self::requests::{Begin, Mark, RecordTerms, RequestStore, StoredResponse};
+pub use self::webhooks::WebhookStore;
 
 /// How many missed events a conflict reply carries at most; the caller reads the rest.
 pub const CONFLICT_BATCH: usize = 512;

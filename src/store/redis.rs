@@ -1,6 +1,6 @@
 //! The Redis Streams log. Every Redis command the service sends is in this file, or in its
-//! children: `capacity.rs` (memory pressure), `limits.rs` (rate buckets and tenant quotas) and
-//! `redis_keys.rs` (API keys).
+//! children: `capacity.rs` (memory pressure), `limits.rs` (rate buckets and tenant quotas),
+//! `redis_keys.rs` (API keys) and `webhooks.rs` (webhook endpoints, their queue and records).
 //!
 //! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
@@ -28,10 +28,12 @@ mod conn;
 mod limits;
 mod live;
 mod requests;
+mod webhooks;
 pub use self::conn::Conn;
 use self::conn::Target;
 pub use self::limits::RedisLimits;
 pub use self::requests::RedisRequests;
+pub use self::webhooks::{is_position, RedisWebhooks};
 
 /// How long an append waits for `DSH_REDIS_WAIT_REPLICAS` replicas to acknowledge it (within
 /// the command's own response timeout).

@@ -322,6 +322,7 @@ async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold()
         keys: log.clone(),
         limits,
         requests,
+        webhooks: None,
     };
     let mut settings = dsh_plan::config::Settings::local(Some(redis.url.clone()));
     settings.key_prefix = redis.prefix.clone();

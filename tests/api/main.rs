@@ -44,3 +44,6 @@ mod store_full;
 mod tls;
 mod turns;
 mod verify;
+mod webhook_queue;
+mod webhook_recovery;
+mod webhooks;

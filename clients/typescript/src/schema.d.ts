@@ -657,6 +657,83 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook endpoints.
+         * @description The tenant's endpoints, oldest first (at most 16), without their secrets.
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Register a webhook endpoint.
+         * @description Deliveries of the chosen event types in the tenant's sessions are POSTed to `url` as JSON
+         *     `{type, timestamp, data}`, signed per Standard Webhooks (`webhook-id`, `webhook-timestamp`,
+         *     `webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` keyed with the
+         *     secret's bytes). The answer holds the secret; it is never shown again. Delivery is at least
+         *     once: de-duplicate on `webhook-id`. A failed delivery is retried with exponential backoff
+         *     for 24 hours. At most 16 endpoints per tenant (429 `webhook-quota`). A webhook never
+         *     answers a question: approving a plan still takes an authenticated answer.
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a webhook endpoint.
+         * @description One of the tenant's endpoints, without its secret; another tenant's is 404.
+         */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook endpoint.
+         * @description Removes the endpoint and its delivery records; deliveries not yet sent are dropped.
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List an endpoint's deliveries.
+         * @description Newest first, a page at a time: each delivery's id (its `webhook-id`), event type, session,
+         *     status (`pending`, `succeeded`, `failed`), its latest attempts (when, the endpoint's status
+         *     or the error, how long it took) and when the next attempt is due. The newest 1000
+         *     deliveries of an endpoint are kept.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -903,6 +980,27 @@ export interface components {
             /** @description Schema version of the entry. */
             v: number;
         };
+        /** @description One try at a delivery. */
+        Attempt: {
+            /**
+             * @description When it was sent.
+             * @example 2026-12-02T10:25:02.456Z
+             */
+            at: string;
+            /**
+             * Format: int64
+             * @example 42
+             */
+            duration_ms: number;
+            /** @description Why no answer came (timeout, connection refused, a refused destination…). */
+            error?: string | null;
+            /**
+             * Format: int32
+             * @description The endpoint's HTTP status, when it answered.
+             * @example 503
+             */
+            status?: number | null;
+        };
         Cancelled: {
             /** @description The turn that was ended; `null` when no turn was running. */
             turn?: string | null;
@@ -911,7 +1009,7 @@ export interface components {
          * @description Stable machine-readable error codes.
          * @enum {string}
          */
-        Code: "malformed-json" | "invalid-body" | "payload-too-large" | "unsupported-media-type" | "invalid-id" | "invalid-query" | "not-found" | "session-not-found" | "agent-not-found" | "owner-not-found" | "question-not-found" | "question-closed" | "unknown-label" | "text-not-allowed" | "empty-answer" | "unknown-command" | "not-a-command" | "turn-running" | "agent-limit" | "invalid-fork-point" | "provider-failed" | "feature-disabled" | "write-contention" | "store-unavailable" | "unauthorized" | "token-expired" | "insufficient-scope" | "cors-refused" | "rate-limited" | "session-quota" | "turn-quota" | "provider-call-quota" | "stream-quota" | "store-full" | "replica-draining" | "unknown-option" | "method-not-allowed" | "cursor-out-of-range" | "too-many-sessions" | "invalid-idempotency-key" | "idempotency-key-reused" | "idempotency-key-in-use" | "idempotency-key-quota" | "revision-not-found" | "revision-superseded" | "already-applied" | "log-corrupt" | "internal";
+        Code: "malformed-json" | "invalid-body" | "payload-too-large" | "unsupported-media-type" | "invalid-id" | "invalid-query" | "not-found" | "session-not-found" | "agent-not-found" | "owner-not-found" | "question-not-found" | "question-closed" | "unknown-label" | "text-not-allowed" | "empty-answer" | "unknown-command" | "not-a-command" | "turn-running" | "agent-limit" | "invalid-fork-point" | "provider-failed" | "feature-disabled" | "write-contention" | "store-unavailable" | "unauthorized" | "token-expired" | "insufficient-scope" | "cors-refused" | "rate-limited" | "session-quota" | "turn-quota" | "provider-call-quota" | "stream-quota" | "store-full" | "replica-draining" | "unknown-option" | "method-not-allowed" | "cursor-out-of-range" | "too-many-sessions" | "invalid-idempotency-key" | "idempotency-key-reused" | "idempotency-key-in-use" | "idempotency-key-quota" | "revision-not-found" | "revision-superseded" | "already-applied" | "webhook-not-found" | "webhook-quota" | "invalid-webhook" | "log-corrupt" | "internal";
         CommandList: {
             commands: components["schemas"]["CommandSpec"][];
         };
@@ -984,11 +1082,73 @@ export interface components {
         };
         /** @description Body of `POST /v1/sessions` (may be empty). */
         CreateSession: Record<string, never>;
+        CreateWebhook: {
+            /** @description Free text for people, at most 256 characters. */
+            description?: string | null;
+            /**
+             * @description The event types to deliver, at least one: `plan.review_requested`, `plan.approved`,
+             *     `plan.revising`, `plan.dismissed`, `turn.ended`.
+             */
+            events: components["schemas"]["WebhookEvent"][];
+            /**
+             * @description Where deliveries are POSTed: http or https, at most 2048 bytes, no credentials, a
+             *     public address (unless the server sets `DSH_WEBHOOK_ALLOW_PRIVATE=true`).
+             */
+            url: string;
+        };
+        /** @description A new endpoint and its signing secret, shown this once. */
+        CreatedWebhook: components["schemas"]["Webhook"] & {
+            /**
+             * @description The key of every delivery's `webhook-signature` (`whsec_` and base64): store it now,
+             *     no other answer shows it.
+             * @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwJq3z0f1xYw8=
+             */
+            secret: string;
+        };
         /**
          * @description Why a `session/deleted` frame was sent.
          * @enum {string}
          */
         DeletedReason: "deleted";
+        /** @description One event sent (or to be sent) to one endpoint, with its attempts. */
+        Delivery: {
+            /** @description The latest attempts, oldest first (at most 20 are kept). */
+            attempts?: components["schemas"]["Attempt"][];
+            /**
+             * @description When the event was committed.
+             * @example 2026-12-02T10:25:02.123Z
+             */
+            created_at: string;
+            event: components["schemas"]["WebhookEvent"];
+            /**
+             * @description The delivery id, sent as `webhook-id` on every attempt: de-duplicate on it.
+             * @example msg_4f1c2a9d0b7e6c5a4f3e2d1c0b9a8f7e
+             */
+            id: string;
+            /**
+             * @description When the next attempt is due, while the delivery is pending after a failure.
+             * @example 2026-12-02T10:25:04.456Z
+             */
+            next_attempt_at?: string | null;
+            /**
+             * @description The session the event happened in.
+             * @example 9f2c41d07a3e4b6c8d1e2f3a4b5c6d7e
+             */
+            session: string;
+            status: components["schemas"]["DeliveryStatus"];
+        };
+        /** @description A page of an endpoint's deliveries, newest first. */
+        DeliveryList: {
+            deliveries: components["schemas"]["Delivery"][];
+            has_more: boolean;
+            /** @description Pass as `cursor` for the next (older) page; absent on the last page. */
+            next_cursor?: string | null;
+        };
+        /**
+         * @description Where a delivery stands.
+         * @enum {string}
+         */
+        DeliveryStatus: "pending" | "succeeded" | "failed";
         /** @description One frame of an event stream: the JSON on its `data:` line. Every frame has `type` (equal to its SSE `event:` line), `session`, `agent` (absent only on session-wide frames: `reset`, `session/deleted`), `id` (the event id, where the frame has one) and its payload in `data`. On the wire a frame is `id: <cursor>` (only when it carries an event id: the event id on a session's stream, a composite cursor on `GET /v1/events`), `event: <type>`, `data: <this JSON on one line>`, then a blank line; `retry:` opens the stream and lines starting with `:` are heartbeats. Ignore frame types you do not know. */
         EventFrame: components["schemas"]["SessionCreatedFrame"] | components["schemas"]["AgentSpawnedFrame"] | components["schemas"]["PlanModeFrame"] | components["schemas"]["PlanSelectFrame"] | components["schemas"]["CommandRunFrame"] | components["schemas"]["UserMessageFrame"] | components["schemas"]["TurnStartedFrame"] | components["schemas"]["TurnEndedFrame"] | components["schemas"]["StepStartedFrame"] | components["schemas"]["StepRetriedFrame"] | components["schemas"]["AssistantMessageFrame"] | components["schemas"]["ToolResultFrame"] | components["schemas"]["QuestionAskedFrame"] | components["schemas"]["QuestionAnsweredFrame"] | components["schemas"]["QuestionDismissedFrame"] | components["schemas"]["SessionCompactedFrame"] | components["schemas"]["PlanViewFrame"] | components["schemas"]["PlanRevisionFrame"] | components["schemas"]["AssistantDeltaFrame"] | components["schemas"]["ResetFrame"] | components["schemas"]["SessionDeletedFrame"];
         /** @description What happened. `type` names it; `data` carries its payload. */
@@ -2541,6 +2701,26 @@ export interface components {
             type: "user/message";
             /** @description Schema version of the entry. */
             v: number;
+        };
+        /** @description A registered endpoint (never its secret, after the registration's answer). */
+        Webhook: {
+            /** @example 2026-12-02T10:23:53.123Z */
+            created_at: string;
+            description?: string | null;
+            events: components["schemas"]["WebhookEvent"][];
+            /** @example wh_5f0c8a1e2b3d4c6e7f8091a2 */
+            id: string;
+            /** @example https://hooks.example.com/dsh */
+            url: string;
+        };
+        /**
+         * @description What a webhook endpoint can subscribe to.
+         * @enum {string}
+         */
+        WebhookEvent: "plan.review_requested" | "plan.approved" | "plan.revising" | "plan.dismissed" | "turn.ended";
+        WebhookList: {
+            /** @description Oldest first. */
+            webhooks: components["schemas"]["Webhook"][];
         };
     };
     responses: never;
@@ -8543,6 +8723,894 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Tools"];
+                };
+            };
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant's webhook endpoints */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            /**
+             * @description Unauthorized: a problem document with one of these codes:
+             *
+             *     - `unauthorized`: No credential, or one that is not (or no longer) valid: send `Authorization: Bearer <API key or token>`.
+             *     - `token-expired`: The browser token is past its `expires_at`: mint a new one.
+             */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unauthorized" | "token-expired";
+                    };
+                };
+            };
+            /**
+             * @description Forbidden: a problem document with one of these codes:
+             *
+             *     - `insufficient-scope`: The credential is valid but does not carry this action (a token's scopes or agent, or a route for API keys only).
+             */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "insufficient-scope";
+                    };
+                };
+            };
+            /**
+             * @description Not Found: a problem document with one of these codes:
+             *
+             *     - `feature-disabled`: The feature is not composed on this server (see `GET /v1/status`).
+             */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "feature-disabled";
+                    };
+                };
+            };
+            /**
+             * @description Too Many Requests: a problem document with one of these codes:
+             *
+             *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "rate-limited";
+                    };
+                };
+            };
+            /**
+             * @description Internal Server Error: a problem document with one of these codes:
+             *
+             *     - `internal`: An unexpected server error; the cause is in the server's log under the request id.
+             */
+            500: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "internal";
+                    };
+                };
+            };
+            /**
+             * @description Service Unavailable: a problem document with one of these codes:
+             *
+             *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
+             */
+            503: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes the write safe to retry (Stripe's semantics), for 24 hours per key of the tenant: a retry of the same request (method, path, credential, body) gets the first final answer again with `Idempotent-Replayed: true`, and never applies twice, also after a 503 or a timeout. The key with a different request: 422 `idempotency-key-reused`; while the first still runs: 409 `idempotency-key-in-use` with `Retry-After`; a malformed key: 400 `invalid-idempotency-key`. 5xx and 429 answers are not final: the retry runs again and learns what was applied.
+                 * @example 7c4a1f0e-9d2b-4c55-8a3e-1f2b3c4d5e6f
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "description": "Plan reviews to the team channel",
+                 *       "events": [
+                 *         "plan.review_requested",
+                 *         "plan.approved"
+                 *       ],
+                 *       "url": "https://hooks.example.com/dsh"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateWebhook"];
+            };
+        };
+        responses: {
+            /** @description The endpoint, with its signing secret (shown only here) */
+            201: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedWebhook"];
+                };
+            };
+            /**
+             * @description Bad Request: a problem document with one of these codes:
+             *
+             *     - `malformed-json`: The body is not valid JSON.
+             *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
+             *     - `invalid-webhook`: The webhook's `url` is not an http(s) URL of at most 2048 bytes without credentials on a public address, or an event type is unknown.
+             */
+            400: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "malformed-json" | "invalid-idempotency-key" | "invalid-webhook";
+                    };
+                };
+            };
+            /**
+             * @description Unauthorized: a problem document with one of these codes:
+             *
+             *     - `unauthorized`: No credential, or one that is not (or no longer) valid: send `Authorization: Bearer <API key or token>`.
+             *     - `token-expired`: The browser token is past its `expires_at`: mint a new one.
+             */
+            401: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unauthorized" | "token-expired";
+                    };
+                };
+            };
+            /**
+             * @description Forbidden: a problem document with one of these codes:
+             *
+             *     - `insufficient-scope`: The credential is valid but does not carry this action (a token's scopes or agent, or a route for API keys only).
+             */
+            403: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "insufficient-scope";
+                    };
+                };
+            };
+            /**
+             * @description Not Found: a problem document with one of these codes:
+             *
+             *     - `feature-disabled`: The feature is not composed on this server (see `GET /v1/status`).
+             */
+            404: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "feature-disabled";
+                    };
+                };
+            };
+            /**
+             * @description Conflict: a problem document with one of these codes:
+             *
+             *     - `idempotency-key-in-use`: A request with this `Idempotency-Key` is still running: retry after `Retry-After` to get its answer.
+             *     - `already-applied`: A retry of a request that was applied already and whose answer can no longer be rebuilt (the log was compacted since): read the resource to see its state.
+             */
+            409: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "idempotency-key-in-use" | "already-applied";
+                    };
+                };
+            };
+            /**
+             * @description Payload Too Large: a problem document with one of these codes:
+             *
+             *     - `payload-too-large`: The body is larger than 64 KiB.
+             */
+            413: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "payload-too-large";
+                    };
+                };
+            };
+            /**
+             * @description Unsupported Media Type: a problem document with one of these codes:
+             *
+             *     - `unsupported-media-type`: A POST or PUT without `Content-Type: application/json` (send `{}` where the body is optional).
+             */
+            415: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unsupported-media-type";
+                    };
+                };
+            };
+            /**
+             * @description Unprocessable Entity: a problem document with one of these codes:
+             *
+             *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             */
+            422: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "invalid-body" | "idempotency-key-reused";
+                    };
+                };
+            };
+            /**
+             * @description Too Many Requests: a problem document with one of these codes:
+             *
+             *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             *     - `idempotency-key-quota`: The tenant holds as many idempotency keys (of the last 24 hours) as it may: retry after `Retry-After`, or send the write without a key.
+             *     - `webhook-quota`: The tenant has as many webhook endpoints as it may (16): delete one first.
+             */
+            429: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "rate-limited" | "idempotency-key-quota" | "webhook-quota";
+                    };
+                };
+            };
+            /**
+             * @description Internal Server Error: a problem document with one of these codes:
+             *
+             *     - `internal`: An unexpected server error; the cause is in the server's log under the request id.
+             */
+            500: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "internal";
+                    };
+                };
+            };
+            /**
+             * @description Service Unavailable: a problem document with one of these codes:
+             *
+             *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
+             */
+            503: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-unavailable";
+                    };
+                };
+            };
+            /**
+             * @description Insufficient Storage: a problem document with one of these codes:
+             *
+             *     - `store-full`: The event store is full: nothing can be recorded until an operator frees space (reads keep working).
+             */
+            507: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-full";
+                    };
+                };
+            };
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook endpoint id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            /**
+             * @description Unauthorized: a problem document with one of these codes:
+             *
+             *     - `unauthorized`: No credential, or one that is not (or no longer) valid: send `Authorization: Bearer <API key or token>`.
+             *     - `token-expired`: The browser token is past its `expires_at`: mint a new one.
+             */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unauthorized" | "token-expired";
+                    };
+                };
+            };
+            /**
+             * @description Forbidden: a problem document with one of these codes:
+             *
+             *     - `insufficient-scope`: The credential is valid but does not carry this action (a token's scopes or agent, or a route for API keys only).
+             */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "insufficient-scope";
+                    };
+                };
+            };
+            /**
+             * @description Not Found: a problem document with one of these codes:
+             *
+             *     - `webhook-not-found`: The tenant has no webhook endpoint with this id (never created, deleted, or another tenant's).
+             *     - `feature-disabled`: The feature is not composed on this server (see `GET /v1/status`).
+             */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "webhook-not-found" | "feature-disabled";
+                    };
+                };
+            };
+            /**
+             * @description Too Many Requests: a problem document with one of these codes:
+             *
+             *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "rate-limited";
+                    };
+                };
+            };
+            /**
+             * @description Internal Server Error: a problem document with one of these codes:
+             *
+             *     - `internal`: An unexpected server error; the cause is in the server's log under the request id.
+             */
+            500: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "internal";
+                    };
+                };
+            };
+            /**
+             * @description Service Unavailable: a problem document with one of these codes:
+             *
+             *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
+             */
+            503: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook endpoint id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /**
+             * @description Unauthorized: a problem document with one of these codes:
+             *
+             *     - `unauthorized`: No credential, or one that is not (or no longer) valid: send `Authorization: Bearer <API key or token>`.
+             *     - `token-expired`: The browser token is past its `expires_at`: mint a new one.
+             */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unauthorized" | "token-expired";
+                    };
+                };
+            };
+            /**
+             * @description Forbidden: a problem document with one of these codes:
+             *
+             *     - `insufficient-scope`: The credential is valid but does not carry this action (a token's scopes or agent, or a route for API keys only).
+             */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "insufficient-scope";
+                    };
+                };
+            };
+            /**
+             * @description Not Found: a problem document with one of these codes:
+             *
+             *     - `webhook-not-found`: The tenant has no webhook endpoint with this id (never created, deleted, or another tenant's).
+             *     - `feature-disabled`: The feature is not composed on this server (see `GET /v1/status`).
+             */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "webhook-not-found" | "feature-disabled";
+                    };
+                };
+            };
+            /**
+             * @description Too Many Requests: a problem document with one of these codes:
+             *
+             *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "rate-limited";
+                    };
+                };
+            };
+            /**
+             * @description Internal Server Error: a problem document with one of these codes:
+             *
+             *     - `internal`: An unexpected server error; the cause is in the server's log under the request id.
+             */
+            500: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "internal";
+                    };
+                };
+            };
+            /**
+             * @description Service Unavailable: a problem document with one of these codes:
+             *
+             *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
+             */
+            503: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Deliveries per page, 1-200 (default 50).
+                 * @example 50
+                 */
+                limit?: number;
+                /** @description Opaque: the `next_cursor` of the previous page. Omit it for the newest deliveries. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Webhook endpoint id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the endpoint's deliveries, newest first */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryList"];
+                };
+            };
+            /**
+             * @description Bad Request: a problem document with one of these codes:
+             *
+             *     - `invalid-query`: A query parameter is unknown, malformed or out of range (a cursor included).
+             */
+            400: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "invalid-query";
+                    };
+                };
+            };
+            /**
+             * @description Unauthorized: a problem document with one of these codes:
+             *
+             *     - `unauthorized`: No credential, or one that is not (or no longer) valid: send `Authorization: Bearer <API key or token>`.
+             *     - `token-expired`: The browser token is past its `expires_at`: mint a new one.
+             */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "unauthorized" | "token-expired";
+                    };
+                };
+            };
+            /**
+             * @description Forbidden: a problem document with one of these codes:
+             *
+             *     - `insufficient-scope`: The credential is valid but does not carry this action (a token's scopes or agent, or a route for API keys only).
+             */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "insufficient-scope";
+                    };
+                };
+            };
+            /**
+             * @description Not Found: a problem document with one of these codes:
+             *
+             *     - `webhook-not-found`: The tenant has no webhook endpoint with this id (never created, deleted, or another tenant's).
+             *     - `feature-disabled`: The feature is not composed on this server (see `GET /v1/status`).
+             */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "webhook-not-found" | "feature-disabled";
+                    };
+                };
+            };
+            /**
+             * @description Too Many Requests: a problem document with one of these codes:
+             *
+             *     - `rate-limited`: The API key's request rate is used up: retry after `Retry-After` (see `RateLimit`).
+             */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "rate-limited";
+                    };
+                };
+            };
+            /**
+             * @description Internal Server Error: a problem document with one of these codes:
+             *
+             *     - `internal`: An unexpected server error; the cause is in the server's log under the request id.
+             */
+            500: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "internal";
+                    };
+                };
+            };
+            /**
+             * @description Service Unavailable: a problem document with one of these codes:
+             *
+             *     - `store-unavailable`: The event store cannot be reached: retry after `Retry-After` seconds.
+             */
+            503: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "store-unavailable";
+                    };
                 };
             };
         };

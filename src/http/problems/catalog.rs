@@ -61,6 +61,18 @@ pub fn describe(code: Code) -> (&'static str, &'static str) {
             "The agent has no plan revision with this number (see `GET …/agents/{aid}/plans`).",
             "agent `main` has no plan revision 7",
         ),
+        WebhookNotFound => (
+            "The tenant has no webhook endpoint with this id (never created, deleted, or another tenant's).",
+            "no webhook endpoint `wh_5f0c8a1e2b3d4c6e7f8091a2`",
+        ),
+        WebhookQuota => (
+            "The tenant has as many webhook endpoints as it may (16): delete one first.",
+            "this tenant has 16 webhook endpoints, the most it may have; delete one first",
+        ),
+        InvalidWebhook => (
+            "The webhook's `url` is not an http(s) URL of at most 2048 bytes without credentials on a public address, or an event type is unknown.",
+            "the url names a private or loopback address (10.0.0.5)",
+        ),
         RevisionSuperseded => (
             "The decision names a plan revision (`revision` in the body, or `If-Match` with a digest) that is not the one the review decides, or one a newer submission superseded: the plan changed since you read it. Nothing is appended; read the open review and decide its revision.",
             "question `plan-review-31` decides plan revision 3 (sha256:5e1d…), not revision 2: the plan changed since you read it",

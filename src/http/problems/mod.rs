@@ -83,6 +83,35 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
         ],
     ),
     ("listSessions", &[CREDENTIALS, STORE, QUERY]),
+    (
+        "createWebhook",
+        &[
+            CREDENTIALS,
+            STORE,
+            BODY,
+            APPEND,
+            WRITE,
+            &[InvalidWebhook, WebhookQuota, FeatureDisabled],
+        ],
+    ),
+    ("listWebhooks", &[CREDENTIALS, STORE, &[FeatureDisabled]]),
+    (
+        "getWebhook",
+        &[CREDENTIALS, STORE, &[WebhookNotFound, FeatureDisabled]],
+    ),
+    (
+        "deleteWebhook",
+        &[CREDENTIALS, STORE, &[WebhookNotFound, FeatureDisabled]],
+    ),
+    (
+        "listWebhookDeliveries",
+        &[
+            CREDENTIALS,
+            STORE,
+            QUERY,
+            &[WebhookNotFound, FeatureDisabled],
+        ],
+    ),
     ("listAgents", &[CREDENTIALS, STORE, SESSION, FOLD]),
     ("getAgent", &[CREDENTIALS, STORE, SESSION, AGENT, FOLD]),
     (

@@ -203,25 +203,37 @@ async fn a_session_created_in_a_redis_stall_is_found_by_its_retry_not_created_tw
     assert_eq!(logs, created, "one session was created");
 }
 
-#[tokio::test]
-async fn an_answer_given_in_a_redis_stall_is_learned_by_its_retry_where_a_plain_retry_is_refused() {
-    let redis = TestRedis::start_private().await;
-    let (proxy, app) = behind_proxy(&redis).await;
+/// A plan review answered (Approve, key `answer-1`) into the stall: committed, answered 503.
+/// Returns the session, the turn, the question, the answer's path and its body.
+async fn answer_in_a_stall(
+    proxy: &StallProxy,
+    app: &TestApp,
+) -> (String, String, String, String, Value) {
     let sid = app.create_session().await;
-    let (turn, question) = plan_and_await_review(&app, &sid, "fix the login bug").await;
-    let qid = question["id"].as_str().unwrap();
+    let (turn, question) = plan_and_await_review(app, &sid, "fix the login bug").await;
+    let qid = question["id"].as_str().unwrap().to_owned();
     let path = format!("/v1/sessions/{sid}/questions/{qid}/answer");
     let body = json!({"label": "Approve"});
+    let on = "question/answered";
     stalled(
-        &proxy,
-        &app,
+        proxy,
+        app,
         Method::POST,
         &path,
         "answer-1",
         body.clone(),
-        "question/answered",
+        on,
     )
     .await;
+    (sid, turn, qid, path, body)
+}
+
+#[tokio::test]
+async fn an_answer_given_in_a_redis_stall_is_learned_by_its_retry_where_a_plain_retry_is_refused() {
+    let redis = TestRedis::start_private().await;
+    let (proxy, app) = behind_proxy(&redis).await;
+    let (sid, turn, qid, path, body) = answer_in_a_stall(&proxy, &app).await;
+    let qid = qid.as_str();
     // Without the key, the retry could only hear that the question is closed.
     app.answer(&sid, qid, body.clone())
         .await
@@ -280,4 +292,35 @@ async fn a_retry_after_the_log_was_compacted_past_its_commit_says_it_was_applied
         app.events_of_type(&sid, "plan/mode").await.is_empty(),
         "trimmed, not flipped again"
     );
+}
+
+#[tokio::test]
+async fn an_answer_committed_in_a_redis_stall_is_still_delivered_to_webhooks_once() {
+    use crate::webhooks::{await_requests, body, receiver, register};
+    let redis = TestRedis::start_private().await;
+    let proxy = StallProxy::start(&redis.url).await;
+    let url = proxy.url.clone();
+    let app = spawn_with(Some(&redis), "a", move |s| {
+        s.redis_url = Some(url);
+        s.webhook_allow_private = true;
+        s.webhook_poll_ms = 50;
+    })
+    .await;
+    let hooks = receiver(wiremock::ResponseTemplate::new(200), 1).await;
+    register(&app, &hooks.uri(), &["plan.approved"]).await;
+    // Committed, but the attempt never learned it, so it announced nothing.
+    let (sid, turn, qid, path, body_sent) = answer_in_a_stall(&proxy, &app).await;
+    // Its keyed retry (or the replica adopting the turn) announces it.
+    retry(&app, Method::POST, &path, "answer-1", body_sent).await;
+    app.await_turn_end(&sid, &turn).await;
+    let got = await_requests(&hooks, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got_later = hooks.received_requests().await.unwrap();
+    assert_eq!(
+        got_later.len(),
+        got.len(),
+        "announced more than once: {got_later:?}"
+    );
+    assert_eq!(got.len(), 1);
+    assert_eq!(body(&got[0])["data"]["question"], qid.as_str());
 }
