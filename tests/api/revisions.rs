@@ -328,3 +328,28 @@ async fn a_plan_revision_frame_follows_each_submission_and_decision_also_on_a_re
     );
     assert_eq!(again[1].data["data"], frames[1].data["data"]);
 }
+
+on_both_stores! {
+    async fn what_the_user_said_with_the_approval_stays_with_the_approved_plan_after_compaction(app: TestApp) {
+        // An approval with a condition ("… but skip step 3") is not an approval of the plan as
+        // written: once compaction summarized away the review's tool result, the approved
+        // section is all the model has, so it carries the condition too.
+        let sid = app.create_session().await;
+        let (turn, q) = plan_and_await_review(&app, &sid, "fix the login bug").await;
+        let condition = "Go ahead, but skip step 3: do not run the tests.";
+        app.answer(&sid, qid(&q), json!({"option": "approve", "text": condition})).await.ok();
+        app.await_turn_end(&sid, &turn).await;
+        let (_, system) = last_step(&app, &sid).await;
+        let text = app.get(&format!("{}/1", plans(&sid))).await.ok()["text"].as_str().unwrap().to_owned();
+        let start = system.find("The user approved this plan").unwrap();
+        let section = system[start..].to_owned();
+        assert!(section.contains(condition), "{section}");
+
+        app.post_json(&format!("/v1/sessions/{sid}/compact"), json!({})).await.ok();
+        let turn = app.prompt(&sid, "main", "next task").await.ok()["turn"].as_str().unwrap().to_owned();
+        app.await_turn_end(&sid, &turn).await;
+        let (_, after) = last_step(&app, &sid).await;
+        assert!(after.contains(&section), "byte-stable, condition included:\n{after}");
+        assert!(after.contains(text.trim_end()));
+    }
+}
