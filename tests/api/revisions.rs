@@ -353,3 +353,54 @@ on_both_stores! {
         assert!(after.contains(text.trim_end()));
     }
 }
+
+#[tokio::test]
+async fn a_page_on_an_allowed_origin_can_read_a_revisions_etag_and_send_it_back_as_if_match() {
+    // The documented round trip (read `ETag`, answer with `If-Match`) from a frontend on
+    // another origin: its script only sees exposed headers, and it may send only allowed ones.
+    let origin = "http://app.test:3000";
+    let app = crate::helpers::spawn_with(None, "a", |s| s.cors_origins = vec![origin.into()]).await;
+    let sid = app.create_session().await;
+    let (_, q) = plan_and_await_review(&app, &sid, "fix the login bug").await;
+    let read = app
+        .client
+        .get(app.url(&format!("{}/1", plans(&sid))))
+        .header("Origin", origin)
+        .send()
+        .await
+        .unwrap();
+    let exposed = read.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        exposed.split(',').any(|h| h.trim() == "etag"),
+        "ETag is not readable: {exposed}"
+    );
+    let etag = read.headers()["etag"].to_str().unwrap().to_owned();
+
+    let answer = format!("/v1/sessions/{sid}/questions/{}/answer", qid(&q));
+    let preflight = app
+        .client
+        .request(reqwest::Method::OPTIONS, app.url(&answer))
+        .header("Origin", origin)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type,if-match")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        preflight.status().is_success(),
+        "If-Match refused by the preflight: {preflight:?}"
+    );
+    let sent = app
+        .client
+        .post(app.url(&answer))
+        .header("Origin", origin)
+        .header("If-Match", etag);
+    let answered = app
+        .send(sent.json(&json!({"option": "approve"})))
+        .await
+        .ok();
+    assert_eq!(answered["state"], "answered");
+}
