@@ -404,3 +404,38 @@ async fn a_page_on_an_allowed_origin_can_read_a_revisions_etag_and_send_it_back_
         .ok();
     assert_eq!(answered["state"], "answered");
 }
+
+#[tokio::test]
+async fn an_idempotency_key_sent_again_with_another_if_match_is_another_request() {
+    // If-Match changes what an answer means (which plan it decides), so a key first used with a
+    // stale digest must not replay that refusal for the corrected request, nor a success for a
+    // request naming another plan: it is a different request (422), like a different body.
+    let app = spawn_replica(None, "a").await;
+    let sid = app.create_session().await;
+    let (_, revised) = one_keep_planning_round(&app, &sid).await;
+    let stale = app.get(&format!("{}/1", plans(&sid))).await.ok();
+    let current = app.get(&format!("{}/2", plans(&sid))).await.ok();
+    let url = app.url(&format!(
+        "/v1/sessions/{sid}/questions/{}/answer",
+        qid(&revised)
+    ));
+    let keyed = |digest: &Value| {
+        app.client
+            .post(&url)
+            .header("Idempotency-Key", "approve-click-1")
+            .header("If-Match", format!("\"{}\"", digest.as_str().unwrap()))
+            .json(&json!({"option": "approve"}))
+    };
+    app.send(keyed(&stale["digest"]))
+        .await
+        .assert_problem(409, "revision-superseded");
+    app.send(keyed(&current["digest"]))
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+    let again = app.send(keyed(&stale["digest"])).await;
+    again.assert_problem(409, "revision-superseded");
+    assert_eq!(
+        app.get(&format!("{}/2", plans(&sid))).await.ok()["status"],
+        "pending"
+    );
+}

@@ -3245,7 +3245,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -4028,7 +4028,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              *     - `owner-not-found`: The `owner` named in the body is not an agent of the session.
              */
@@ -4465,7 +4465,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              */
             422: {
                 headers: {
@@ -4759,7 +4759,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -5053,7 +5053,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -5531,7 +5531,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -6331,7 +6331,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              */
             422: {
                 headers: {
@@ -6865,7 +6865,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              *     - `invalid-fork-point`: `at` is not an event of the session, or was compacted away.
              */
@@ -7846,7 +7846,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              *     - `unknown-option`: The answer names an option id the question does not offer.
              *     - `unknown-label`: The answer's `label` is not one of the question's options.
@@ -8124,7 +8124,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              */
             422: {
                 headers: {
@@ -8422,7 +8422,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
