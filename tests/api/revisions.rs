@@ -439,3 +439,36 @@ async fn an_idempotency_key_sent_again_with_another_if_match_is_another_request(
         "pending"
     );
 }
+
+#[tokio::test]
+async fn a_dismissal_naming_a_superseded_revision_in_its_body_is_refused_like_an_answer() {
+    // A client sends the same decision body to answer and to dismiss; the dismissal ignored
+    // `revision` and closed the review of a plan its tab never showed.
+    let app = spawn_replica(None, "a").await;
+    let sid = app.create_session().await;
+    let (_, revised) = one_keep_planning_round(&app, &sid).await;
+    let dismiss = format!("/v1/sessions/{sid}/questions/{}/dismiss", qid(&revised));
+    let before = app.events(&sid).await.len();
+    let detail = app
+        .post_json(&dismiss, json!({"revision": 1}))
+        .await
+        .assert_problem(409, "revision-superseded");
+    assert!(detail.contains("not revision 1"), "{detail}");
+    app.post_json(&dismiss, json!({"revision": 0}))
+        .await
+        .assert_problem(422, "invalid-body");
+    app.post_json(&dismiss, json!({"revison": 2}))
+        .await
+        .assert_problem(422, "invalid-body");
+    assert_eq!(
+        app.events(&sid).await.len(),
+        before,
+        "a refused dismissal appends nothing"
+    );
+    let dismissed = app.post_json(&dismiss, json!({"revision": 2})).await.ok();
+    assert_eq!(dismissed["state"], "dismissed");
+    assert_eq!(
+        app.get(&format!("{}/2", plans(&sid))).await.ok()["status"],
+        "dismissed"
+    );
+}

@@ -584,8 +584,9 @@ export interface paths {
         /**
          * Dismiss an open question.
          * @description The user closes it to talk instead: the waiting tool call fails and the model is told to
-         *     wait for the user's message. With `If-Match: "<digest>"`, only if the review decides that
-         *     plan revision (409 `revision-superseded` otherwise).
+         *     wait for the user's message. With `revision` in the body or `If-Match: "<digest>"`, only if
+         *     the review decides that plan revision (409 `revision-superseded` otherwise, appending
+         *     nothing), as for an answer.
          */
         post: operations["dismissQuestion"];
         delete?: never;
@@ -989,6 +990,16 @@ export interface components {
          * @enum {string}
          */
         DeletedReason: "deleted";
+        /** @description Body of `POST …/dismiss` (may be empty). */
+        DismissBody: {
+            /**
+             * Format: int32
+             * @description For a plan review: the number of the plan revision you dismiss (as you read it), as in an
+             *     answer: another than the one the review decides gets 409 `revision-superseded`.
+             * @example 2
+             */
+            revision?: number | null;
+        };
         /** @description One frame of an event stream: the JSON on its `data:` line. Every frame has `type` (equal to its SSE `event:` line), `session`, `agent` (absent only on session-wide frames: `reset`, `session/deleted`), `id` (the event id, where the frame has one) and its payload in `data`. On the wire a frame is `id: <cursor>` (only when it carries an event id: the event id on a session's stream, a composite cursor on `GET /v1/events`), `event: <type>`, `data: <this JSON on one line>`, then a blank line; `retry:` opens the stream and lines starting with `:` are heartbeats. Ignore frame types you do not know. */
         EventFrame: components["schemas"]["SessionCreatedFrame"] | components["schemas"]["AgentSpawnedFrame"] | components["schemas"]["PlanModeFrame"] | components["schemas"]["PlanSelectFrame"] | components["schemas"]["CommandRunFrame"] | components["schemas"]["UserMessageFrame"] | components["schemas"]["TurnStartedFrame"] | components["schemas"]["TurnEndedFrame"] | components["schemas"]["StepStartedFrame"] | components["schemas"]["StepRetriedFrame"] | components["schemas"]["AssistantMessageFrame"] | components["schemas"]["ToolResultFrame"] | components["schemas"]["QuestionAskedFrame"] | components["schemas"]["QuestionAnsweredFrame"] | components["schemas"]["QuestionDismissedFrame"] | components["schemas"]["SessionCompactedFrame"] | components["schemas"]["PlanViewFrame"] | components["schemas"]["PlanRevisionFrame"] | components["schemas"]["AssistantDeltaFrame"] | components["schemas"]["ResetFrame"] | components["schemas"]["SessionDeletedFrame"];
         /** @description What happened. `type` names it; `data` carries its payload. */
@@ -7972,11 +7983,15 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description None (ignored): send `Content-Type: application/json` with `{}` or no body; any other type, or none, gets 415 */
+        /** @description May be empty */
         requestBody?: {
             content: {
-                /** @example {} */
-                "application/json": Record<string, never>;
+                /**
+                 * @example {
+                 *       "revision": 2
+                 *     }
+                 */
+                "application/json": components["schemas"]["DismissBody"] | null;
             };
         };
         responses: {
@@ -7998,6 +8013,7 @@ export interface operations {
              *
              *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
+             *     - `malformed-json`: The body is not valid JSON.
              */
             400: {
                 headers: {
@@ -8010,7 +8026,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "invalid-id" | "invalid-idempotency-key";
+                        code?: "invalid-id" | "invalid-idempotency-key" | "malformed-json";
                     };
                 };
             };
@@ -8102,6 +8118,26 @@ export interface operations {
                 };
             };
             /**
+             * @description Payload Too Large: a problem document with one of these codes:
+             *
+             *     - `payload-too-large`: The body is larger than 64 KiB.
+             */
+            413: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "payload-too-large";
+                    };
+                };
+            };
+            /**
              * @description Unsupported Media Type: a problem document with one of these codes:
              *
              *     - `unsupported-media-type`: A POST or PUT without `Content-Type: application/json` (send `{}` where the body is optional).
@@ -8125,6 +8161,7 @@ export interface operations {
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
              *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
+             *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
                 headers: {
@@ -8137,7 +8174,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "idempotency-key-reused";
+                        code?: "idempotency-key-reused" | "invalid-body";
                     };
                 };
             };

@@ -244,6 +244,7 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
             QUESTION,
             FOLD,
             WRITE,
+            BODY,
             APPEND,
             &[RevisionSuperseded],
         ],
