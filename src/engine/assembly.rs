@@ -144,15 +144,27 @@ impl Prompting {
 }
 
 /// The `plan:approved` section of revision `r`: made of the revision alone, so every step
-/// (and every replica) sends the same bytes for it.
+/// (and every replica) sends the same bytes for it. What the user said with the approval is
+/// part of what they agreed to ("…but skip step 3"), and after a compaction this section is
+/// the only place the model still reads it.
 pub fn approved_section(r: &Revision) -> String {
-    format!(
+    let mut section = format!(
         "The user approved this plan (revision {}, {}). Carry it out unless they ask for \
          something else or approve a newer plan.\n\n{}",
         r.number,
         r.digest,
         r.text.trim_end()
-    )
+    );
+    if let Some(said) = r
+        .feedback
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        section.push_str("\n\nWith their approval the user said:\n\n");
+        section.push_str(said);
+    }
+    section
 }
 
 /// One entry of the tool list, in OpenAI function-tool form: the schema `GET /v1/tools`

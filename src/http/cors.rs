@@ -22,15 +22,19 @@ use super::{ApiError, Code};
 /// Methods a page on an allowed origin may use.
 const METHODS: [Method; 4] = [Method::GET, Method::POST, Method::PUT, Method::DELETE];
 /// Request headers it may send beyond the CORS-safelisted ones.
-const REQUEST_HEADERS: [&str; 4] = [
+const REQUEST_HEADERS: [&str; 5] = [
     "Authorization",
     "Content-Type",
     "Last-Event-ID",
     "Idempotency-Key",
+    // A decision naming the plan revision it decides (a revision's `ETag`).
+    "If-Match",
 ];
 /// Response headers its script may read beyond the CORS-safelisted ones.
-const EXPOSED_HEADERS: [&str; 6] = [
+const EXPOSED_HEADERS: [&str; 7] = [
     "Location",
+    // A plan revision's digest, to send back as `If-Match`.
+    "ETag",
     "Retry-After",
     "RateLimit",
     "RateLimit-Policy",

@@ -4,8 +4,8 @@
 //! A write that sends the header is run once per key of the caller's tenant for 24 hours: its
 //! first final response (status, body, and the headers in [`KEPT_HEADERS`]) is stored and a
 //! retry of the same request gets it again with `Idempotent-Replayed: true`. The same request
-//! means the same method, path, credential and body (JSON compared with its keys sorted, so
-//! spacing and key order do not matter). The key with a different request answers 422
+//! means the same method, path, credential, `If-Match` and body (JSON compared with its keys
+//! sorted, so spacing and key order do not matter). The key with a different request answers 422
 //! `idempotency-key-reused`; a duplicate while the first still runs 409
 //! `idempotency-key-in-use` (with `Retry-After`).
 //!
@@ -72,13 +72,26 @@ pub async fn keyed_writes(
         Ok(body) => body,
         Err(e) => return Ok(req.into_response(payload_error(e).error_response())),
     };
-    let print = fingerprint(&[
+    let (holder, canonical_body) = (holder(&caller), canonical(&body));
+    let mut parts: Vec<&[u8]> = vec![
         req.method().as_str().as_bytes(),
         req.match_info().as_str().as_bytes(),
         req.query_string().as_bytes(),
-        holder(&caller).as_bytes(),
-        &canonical(&body),
-    ]);
+        holder.as_bytes(),
+        &canonical_body,
+    ];
+    // `If-Match` says which plan revision a decision decides, so it is part of the request;
+    // added only when sent, so the prints of requests without it stay what they were.
+    let preconditions: Vec<&[u8]> = req
+        .headers()
+        .get_all(header::IF_MATCH)
+        .map(HeaderValue::as_bytes)
+        .collect();
+    if !preconditions.is_empty() {
+        parts.push(b"if-match");
+        parts.extend(preconditions);
+    }
+    let print = fingerprint(&parts);
     req.set_payload(Payload::from(body));
     let tenant = crate::limits::tenant_name(caller.tenant());
     let refused = |e: ApiError| {
@@ -98,8 +111,8 @@ pub async fn keyed_writes(
             }
             Ok(Admission::Mismatch) => return refused(ApiError::new(
                 Code::IdempotencyKeyReused,
-                "this Idempotency-Key was used for a different request (method, path, credential \
-             or body) in the last 24 hours; send a new key with a new request",
+                "this Idempotency-Key was used for a different request (method, path, credential, \
+             If-Match or body) in the last 24 hours; send a new key with a new request",
             )),
             Ok(Admission::InUse(wait)) => {
                 return refused(

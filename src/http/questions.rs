@@ -7,6 +7,7 @@ use actix_web::{get, post, web, HttpRequest};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
+use super::error::OptionalJson;
 use super::{session_id, ApiError, Code, State};
 use crate::domain::plan::revisions::Named;
 use crate::domain::questions::{QuestionStatus, QuestionView, Reply};
@@ -150,6 +151,16 @@ pub struct AnswerBody {
     pub revision: Option<u32>,
 }
 
+/// Body of `POST …/dismiss` (may be empty).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DismissBody {
+    /// For a plan review: the number of the plan revision you dismiss (as you read it), as in an
+    /// answer: another than the one the review decides gets 409 `revision-superseded`.
+    #[schema(minimum = 1, example = 2)]
+    pub revision: Option<u32>,
+}
+
 /// The plan revision a decision names: `revision` from the body, digests from `If-Match`.
 fn named(req: &HttpRequest, revision: Option<u32>) -> Result<Named, ApiError> {
     if revision == Some(0) {
@@ -289,13 +300,15 @@ pub async fn answer(
 /// Dismiss an open question.
 ///
 /// The user closes it to talk instead: the waiting tool call fails and the model is told to
-/// wait for the user's message. With `If-Match: "<digest>"`, only if the review decides that
-/// plan revision (409 `revision-superseded` otherwise).
+/// wait for the user's message. With `revision` in the body or `If-Match: "<digest>"`, only if
+/// the review decides that plan revision (409 `revision-superseded` otherwise, appending
+/// nothing), as for an answer.
 #[utoipa::path(
     tag = "questions",
     operation_id = "dismissQuestion",
     params(("sid" = String, Path, description = "Session id"), ("qid" = String, Path, description = "Question id"),
            ("If-Match" = Option<String>, Header, description = "`\"<digest>\"` of the plan revision you decide (its `ETag`); another gets 409 `revision-superseded`")),
+    request_body(content = Option<DismissBody>, description = "May be empty", example = json!({"revision": 2})),
     responses(
         (status = 200, description = "The question, dismissed", body = QuestionView),
     )
@@ -306,11 +319,12 @@ pub async fn dismiss(
     caller: Caller,
     req: HttpRequest,
     path: web::Path<(String, String)>,
+    body: OptionalJson<DismissBody>,
 ) -> Result<web::Json<QuestionView>, ApiError> {
     state.require_questions()?;
     let (sid, qid) = question_ids(&path)?;
     guard_question(&state, &caller, &sid, &qid).await?;
-    let revision = named(&req, None)?;
+    let revision = named(&req, body.0.revision)?;
     let by = caller.principal();
     let id = qid.clone();
     let decide =

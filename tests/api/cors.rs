@@ -60,6 +60,7 @@ async fn a_preflight_from_an_allowed_origin_is_answered_with_the_allowed_methods
             "authorization",
             "content-type",
             "idempotency-key",
+            "if-match",
             "last-event-id"
         ]
     );
@@ -112,6 +113,7 @@ async fn answers_to_an_allowed_origin_carry_allow_origin_errors_and_event_stream
     assert_eq!(
         list(h, "access-control-expose-headers"),
         [
+            "etag",
             "idempotent-replayed",
             "location",
             "ratelimit",

@@ -328,3 +328,143 @@ async fn a_plan_revision_frame_follows_each_submission_and_decision_also_on_a_re
     );
     assert_eq!(again[1].data["data"], frames[1].data["data"]);
 }
+
+on_both_stores! {
+    async fn what_the_user_said_with_the_approval_stays_with_the_approved_plan_after_compaction(app: TestApp) {
+        // An approval with a condition ("… but skip step 3") is not an approval of the plan as
+        // written: once compaction summarized away the review's tool result, the approved
+        // section is all the model has, so it carries the condition too.
+        let sid = app.create_session().await;
+        let (turn, q) = plan_and_await_review(&app, &sid, "fix the login bug").await;
+        let condition = "Go ahead, but skip step 3: do not run the tests.";
+        app.answer(&sid, qid(&q), json!({"option": "approve", "text": condition})).await.ok();
+        app.await_turn_end(&sid, &turn).await;
+        let (_, system) = last_step(&app, &sid).await;
+        let text = app.get(&format!("{}/1", plans(&sid))).await.ok()["text"].as_str().unwrap().to_owned();
+        let start = system.find("The user approved this plan").unwrap();
+        let section = system[start..].to_owned();
+        assert!(section.contains(condition), "{section}");
+
+        app.post_json(&format!("/v1/sessions/{sid}/compact"), json!({})).await.ok();
+        let turn = app.prompt(&sid, "main", "next task").await.ok()["turn"].as_str().unwrap().to_owned();
+        app.await_turn_end(&sid, &turn).await;
+        let (_, after) = last_step(&app, &sid).await;
+        assert!(after.contains(&section), "byte-stable, condition included:\n{after}");
+        assert!(after.contains(text.trim_end()));
+    }
+}
+
+#[tokio::test]
+async fn a_page_on_an_allowed_origin_can_read_a_revisions_etag_and_send_it_back_as_if_match() {
+    // The documented round trip (read `ETag`, answer with `If-Match`) from a frontend on
+    // another origin: its script only sees exposed headers, and it may send only allowed ones.
+    let origin = "http://app.test:3000";
+    let app = crate::helpers::spawn_with(None, "a", |s| s.cors_origins = vec![origin.into()]).await;
+    let sid = app.create_session().await;
+    let (_, q) = plan_and_await_review(&app, &sid, "fix the login bug").await;
+    let read = app
+        .client
+        .get(app.url(&format!("{}/1", plans(&sid))))
+        .header("Origin", origin)
+        .send()
+        .await
+        .unwrap();
+    let exposed = read.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        exposed.split(',').any(|h| h.trim() == "etag"),
+        "ETag is not readable: {exposed}"
+    );
+    let etag = read.headers()["etag"].to_str().unwrap().to_owned();
+
+    let answer = format!("/v1/sessions/{sid}/questions/{}/answer", qid(&q));
+    let preflight = app
+        .client
+        .request(reqwest::Method::OPTIONS, app.url(&answer))
+        .header("Origin", origin)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type,if-match")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        preflight.status().is_success(),
+        "If-Match refused by the preflight: {preflight:?}"
+    );
+    let sent = app
+        .client
+        .post(app.url(&answer))
+        .header("Origin", origin)
+        .header("If-Match", etag);
+    let answered = app
+        .send(sent.json(&json!({"option": "approve"})))
+        .await
+        .ok();
+    assert_eq!(answered["state"], "answered");
+}
+
+#[tokio::test]
+async fn an_idempotency_key_sent_again_with_another_if_match_is_another_request() {
+    // If-Match changes what an answer means (which plan it decides), so a key first used with a
+    // stale digest must not replay that refusal for the corrected request, nor a success for a
+    // request naming another plan: it is a different request (422), like a different body.
+    let app = spawn_replica(None, "a").await;
+    let sid = app.create_session().await;
+    let (_, revised) = one_keep_planning_round(&app, &sid).await;
+    let stale = app.get(&format!("{}/1", plans(&sid))).await.ok();
+    let current = app.get(&format!("{}/2", plans(&sid))).await.ok();
+    let url = app.url(&format!(
+        "/v1/sessions/{sid}/questions/{}/answer",
+        qid(&revised)
+    ));
+    let keyed = |digest: &Value| {
+        app.client
+            .post(&url)
+            .header("Idempotency-Key", "approve-click-1")
+            .header("If-Match", format!("\"{}\"", digest.as_str().unwrap()))
+            .json(&json!({"option": "approve"}))
+    };
+    app.send(keyed(&stale["digest"]))
+        .await
+        .assert_problem(409, "revision-superseded");
+    app.send(keyed(&current["digest"]))
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+    let again = app.send(keyed(&stale["digest"])).await;
+    again.assert_problem(409, "revision-superseded");
+    assert_eq!(
+        app.get(&format!("{}/2", plans(&sid))).await.ok()["status"],
+        "pending"
+    );
+}
+
+#[tokio::test]
+async fn a_dismissal_naming_a_superseded_revision_in_its_body_is_refused_like_an_answer() {
+    // A client sends the same decision body to answer and to dismiss; the dismissal ignored
+    // `revision` and closed the review of a plan its tab never showed.
+    let app = spawn_replica(None, "a").await;
+    let sid = app.create_session().await;
+    let (_, revised) = one_keep_planning_round(&app, &sid).await;
+    let dismiss = format!("/v1/sessions/{sid}/questions/{}/dismiss", qid(&revised));
+    let before = app.events(&sid).await.len();
+    let detail = app
+        .post_json(&dismiss, json!({"revision": 1}))
+        .await
+        .assert_problem(409, "revision-superseded");
+    assert!(detail.contains("not revision 1"), "{detail}");
+    // Revision 0, and a misspelt field (no longer ignored).
+    for bad in [json!({"revision": 0}), json!({"revison": 2})] {
+        let refused = app.post_json(&dismiss, bad).await;
+        refused.assert_problem(422, "invalid-body");
+    }
+    let after = app.events(&sid).await.len();
+    assert_eq!(after, before, "a refused dismissal appends nothing");
+    let dismissed = app.post_json(&dismiss, json!({"revision": 2})).await.ok();
+    assert_eq!(dismissed["state"], "dismissed");
+    assert_eq!(
+        app.get(&format!("{}/2", plans(&sid))).await.ok()["status"],
+        "dismissed"
+    );
+}

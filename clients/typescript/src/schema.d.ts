@@ -584,8 +584,9 @@ export interface paths {
         /**
          * Dismiss an open question.
          * @description The user closes it to talk instead: the waiting tool call fails and the model is told to
-         *     wait for the user's message. With `If-Match: "<digest>"`, only if the review decides that
-         *     plan revision (409 `revision-superseded` otherwise).
+         *     wait for the user's message. With `revision` in the body or `If-Match: "<digest>"`, only if
+         *     the review decides that plan revision (409 `revision-superseded` otherwise, appending
+         *     nothing), as for an answer.
          */
         post: operations["dismissQuestion"];
         delete?: never;
@@ -1149,6 +1150,16 @@ export interface components {
          * @enum {string}
          */
         DeliveryStatus: "pending" | "succeeded" | "failed";
+        /** @description Body of `POST …/dismiss` (may be empty). */
+        DismissBody: {
+            /**
+             * Format: int32
+             * @description For a plan review: the number of the plan revision you dismiss (as you read it), as in an
+             *     answer: another than the one the review decides gets 409 `revision-superseded`.
+             * @example 2
+             */
+            revision?: number | null;
+        };
         /** @description One frame of an event stream: the JSON on its `data:` line. Every frame has `type` (equal to its SSE `event:` line), `session`, `agent` (absent only on session-wide frames: `reset`, `session/deleted`), `id` (the event id, where the frame has one) and its payload in `data`. On the wire a frame is `id: <cursor>` (only when it carries an event id: the event id on a session's stream, a composite cursor on `GET /v1/events`), `event: <type>`, `data: <this JSON on one line>`, then a blank line; `retry:` opens the stream and lines starting with `:` are heartbeats. Ignore frame types you do not know. */
         EventFrame: components["schemas"]["SessionCreatedFrame"] | components["schemas"]["AgentSpawnedFrame"] | components["schemas"]["PlanModeFrame"] | components["schemas"]["PlanSelectFrame"] | components["schemas"]["CommandRunFrame"] | components["schemas"]["UserMessageFrame"] | components["schemas"]["TurnStartedFrame"] | components["schemas"]["TurnEndedFrame"] | components["schemas"]["StepStartedFrame"] | components["schemas"]["StepRetriedFrame"] | components["schemas"]["AssistantMessageFrame"] | components["schemas"]["ToolResultFrame"] | components["schemas"]["QuestionAskedFrame"] | components["schemas"]["QuestionAnsweredFrame"] | components["schemas"]["QuestionDismissedFrame"] | components["schemas"]["SessionCompactedFrame"] | components["schemas"]["PlanViewFrame"] | components["schemas"]["PlanRevisionFrame"] | components["schemas"]["AssistantDeltaFrame"] | components["schemas"]["ResetFrame"] | components["schemas"]["SessionDeletedFrame"];
         /** @description What happened. `type` names it; `data` carries its payload. */
@@ -3425,7 +3436,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -4208,7 +4219,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              *     - `owner-not-found`: The `owner` named in the body is not an agent of the session.
              */
@@ -4645,7 +4656,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              */
             422: {
                 headers: {
@@ -4939,7 +4950,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -5233,7 +5244,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -5711,7 +5722,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -6511,7 +6522,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              */
             422: {
                 headers: {
@@ -7045,7 +7056,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              *     - `invalid-fork-point`: `at` is not an event of the session, or was compacted away.
              */
@@ -8026,7 +8037,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              *     - `unknown-option`: The answer names an option id the question does not offer.
              *     - `unknown-label`: The answer's `label` is not one of the question's options.
@@ -8152,11 +8163,15 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description None (ignored): send `Content-Type: application/json` with `{}` or no body; any other type, or none, gets 415 */
+        /** @description May be empty */
         requestBody?: {
             content: {
-                /** @example {} */
-                "application/json": Record<string, never>;
+                /**
+                 * @example {
+                 *       "revision": 2
+                 *     }
+                 */
+                "application/json": components["schemas"]["DismissBody"] | null;
             };
         };
         responses: {
@@ -8178,6 +8193,7 @@ export interface operations {
              *
              *     - `invalid-id`: A session, agent or question id, or a revision number, in the path is malformed.
              *     - `invalid-idempotency-key`: The `Idempotency-Key` header is not 1-255 printable ASCII characters, or was sent twice.
+             *     - `malformed-json`: The body is not valid JSON.
              */
             400: {
                 headers: {
@@ -8190,7 +8206,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "invalid-id" | "invalid-idempotency-key";
+                        code?: "invalid-id" | "invalid-idempotency-key" | "malformed-json";
                     };
                 };
             };
@@ -8282,6 +8298,26 @@ export interface operations {
                 };
             };
             /**
+             * @description Payload Too Large: a problem document with one of these codes:
+             *
+             *     - `payload-too-large`: The body is larger than 64 KiB.
+             */
+            413: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {string} */
+                        code?: "payload-too-large";
+                    };
+                };
+            };
+            /**
              * @description Unsupported Media Type: a problem document with one of these codes:
              *
              *     - `unsupported-media-type`: A POST or PUT without `Content-Type: application/json` (send `{}` where the body is optional).
@@ -8304,7 +8340,8 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
+             *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
                 headers: {
@@ -8317,7 +8354,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {string} */
-                        code?: "idempotency-key-reused";
+                        code?: "idempotency-key-reused" | "invalid-body";
                     };
                 };
             };
@@ -8602,7 +8639,7 @@ export interface operations {
             /**
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
              */
             422: {
@@ -9058,7 +9095,7 @@ export interface operations {
              * @description Unprocessable Entity: a problem document with one of these codes:
              *
              *     - `invalid-body`: The body is JSON but does not fit the route: a missing, unknown or mistyped field, or a value out of range.
-             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.
+             *     - `idempotency-key-reused`: This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.
              */
             422: {
                 headers: {

@@ -90,7 +90,7 @@ pub fn describe(code: Code) -> (&'static str, &'static str) {
             "Idempotency-Key must be 1-255 printable ASCII characters",
         ),
         IdempotencyKeyReused => (
-            "This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body or credential): use a new key for a new request.",
+            "This `Idempotency-Key` was used in the last 24 hours for a different request (method, path, body, credential or `If-Match`): use a new key for a new request.",
             "Idempotency-Key `order-42` was used for a different request; use a new key",
         ),
         IdempotencyKeyInUse => (

@@ -273,6 +273,7 @@ pub const OPERATIONS: &[(&str, &[&[Code]])] = &[
             QUESTION,
             FOLD,
             WRITE,
+            BODY,
             APPEND,
             &[RevisionSuperseded],
         ],
