@@ -6,9 +6,10 @@
 #   bash k6/bench-sse.sh                 # 1000 and 5000 subscribers on one session,
 #                                        # then 2000 on 2000 sessions (one each)
 #   SUBSCRIBERS="1000" COMMITS=30 SPREAD="" bash k6/bench-sse.sh
+#   SUBSCRIBERS= bash k6/bench-sse.sh    # only 2000 subscribers on 2000 sessions, fresh replica
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SUBSCRIBERS=${SUBSCRIBERS:-"1000 5000"}
+SUBSCRIBERS=${SUBSCRIBERS-"1000 5000"}  # empty: none (only the spread round)
 COMMITS=${COMMITS:-40}
 SPREAD=${SPREAD-2000}
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
