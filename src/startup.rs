@@ -356,10 +356,15 @@ impl Application {
         tokio::spawn(async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-            }
+            next_signal(&mut term).await;
+            // A second signal stops at once (an operator who cannot wait for the drain): what
+            // was acknowledged is in the store, and turns still running are adopted by other
+            // replicas once their leases lapse.
+            tokio::spawn(async move {
+                next_signal(&mut term).await;
+                tracing::warn!("a second signal: exiting now, without finishing the drain");
+                std::process::exit(1);
+            });
             // Not ready from now on, and event streams end with a hint to reconnect soon (new
             // ones are refused with 503 `replica-draining`, which a proxy retries elsewhere);
             // running turns are handed to other replicas; requests in flight finish.
@@ -371,6 +376,22 @@ impl Application {
             handle.stop(true).await;
         });
         self.server.await
+    }
+}
+
+/// The next SIGINT or SIGTERM (`term`: the SIGTERM stream, if it could be installed).
+async fn next_signal(term: &mut Option<tokio::signal::unix::Signal>) {
+    let terminate = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
     }
 }
 

@@ -278,6 +278,43 @@ async fn sigterm_ends_event_streams_so_clients_reconnect_elsewhere() {
 }
 
 #[tokio::test]
+async fn a_second_sigterm_stops_a_draining_replica_at_once() {
+    let redis = TestRedis::start().await;
+    // A drain that would take 10 s on its own.
+    let mut a = spawn_process_with(&redis, "a", 1, &[("DSH_DRAIN_DELAY_MS", "10000")]).await;
+    let pid = a.child.id() as i32;
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    // The drain has begun once the replica says it is not ready.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.app.get("/readyz").await.status != 503 {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never started draining"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = Instant::now();
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let status = tokio::task::spawn_blocking(move || a.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        second.elapsed() < Duration::from_secs(3),
+        "stopped {:?} after the second signal, not after the drain",
+        second.elapsed()
+    );
+    assert!(
+        !status.success(),
+        "an exit that says it did not drain: {status:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_draining_replica_is_not_ready_and_opens_no_stream_but_still_serves_writes() {
     let redis = TestRedis::start().await;
     // A drain window long enough to look at what the replica answers meanwhile.
