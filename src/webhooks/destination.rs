@@ -116,12 +116,16 @@ impl Resolve for Guarded {
     fn resolve(&self, name: Name) -> Resolving {
         let (host, allow) = (name.as_str().to_owned(), self.allow_private);
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .filter(|a| allow || is_public(a.ip()))
-                .collect();
+            // A name that does not resolve and one that resolves to private addresses only
+            // fail alike: the attempt's error is shown to the tenant, and must not tell it
+            // which internal names exist.
+            let refused = || format!("{host} resolves to no public address");
+            let found: Vec<SocketAddr> = match tokio::net::lookup_host((host.as_str(), 0)).await {
+                Ok(addrs) => addrs.filter(|a| allow || is_public(a.ip())).collect(),
+                Err(_) => Vec::new(),
+            };
             if found.is_empty() {
-                return Err(format!("{host} resolves to no public address").into());
+                return Err(refused().into());
             }
             Ok(Box::new(found.into_iter()) as Addrs)
         })
@@ -176,6 +180,24 @@ mod tests {
         }
         let long = format!("https://example.com/{}", "a".repeat(MAX_URL));
         assert!(parse(&long, true).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_private_name_and_a_missing_one_are_refused_alike() {
+        let guarded = Guarded {
+            allow_private: false,
+        };
+        let why = |host: &'static str| {
+            let name: Name = host.parse().unwrap();
+            let resolving = guarded.resolve(name);
+            async move {
+                match resolving.await {
+                    Ok(_) => panic!("{host} resolved"),
+                    Err(e) => e.to_string().replace(host, "HOST"),
+                }
+            }
+        };
+        assert_eq!(why("localhost").await, why("no-such-host.invalid").await);
     }
 
     #[test]
