@@ -15,12 +15,21 @@ use crate::domain::webhooks::{delivery_id, notable, payload, Delivery, DeliveryS
 use crate::domain::{Recorded, SessionId, SessionState};
 use crate::limits::tenant_name;
 use crate::store::redis::lease_group;
-use crate::store::webhooks::{Job, Recording};
-use crate::store::{StoreError, WebhookStore};
+use crate::store::webhooks::{Job, Recording, SEEN_MS};
+use crate::store::{now_ms, StoreError, WebhookStore};
 
 /// Events of a session's log end announced again when a replica adopts one of its turns: the
 /// last commits of the replica that died, with room for what was committed after them.
 pub const RECENT: usize = 64;
+
+/// Whether an event committed at `committed_at` may still be queued at `now` (ms): only within
+/// half the life of a queued id's marker ([`SEEN_MS`]; the other half covers clocks that
+/// disagree). An older event may have been delivered already and its marker be gone, so
+/// announcing it again (a turn of an old session adopted or cancelled) would deliver it twice,
+/// days later; and its retries would be over anyway.
+pub fn announceable(committed_at: u64, now: u64) -> bool {
+    now.saturating_sub(committed_at) < SEEN_MS / 2
+}
 
 impl Sessions {
     /// Announces these sessions' events to their tenants' webhooks.
@@ -79,6 +88,14 @@ async fn queue(
     sid: &SessionId,
     notable: &[Notable],
 ) -> Result<(), StoreError> {
+    let now = now_ms();
+    let notable: Vec<_> = notable
+        .iter()
+        .filter(|n| announceable(n.committed_at, now))
+        .collect();
+    if notable.is_empty() {
+        return Ok(());
+    }
     let endpoints = store.endpoints(tenant).await?;
     for n in notable {
         let body = payload(n).to_string();
@@ -118,4 +135,22 @@ async fn queue(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_is_queued_only_while_its_marker_would_still_be_there() {
+        let now = 10 * SEEN_MS;
+        assert!(announceable(now, now));
+        assert!(announceable(now - 3600 * 1000, now));
+        assert!(announceable(now + 5000, now), "a clock a little behind");
+        assert!(!announceable(now - SEEN_MS / 2, now));
+        assert!(
+            !announceable(now - 3 * 24 * 3600 * 1000, now),
+            "a turn.ended of three days ago, announced again as its session's recent events"
+        );
+    }
 }

@@ -44,6 +44,7 @@ mod store_full;
 mod tls;
 mod turns;
 mod verify;
+mod webhook_limits;
 mod webhook_queue;
 mod webhook_recovery;
 mod webhooks;

@@ -109,6 +109,28 @@ async fn a_retry_comes_back_when_it_is_due_with_its_attempts_counted() {
 }
 
 #[tokio::test]
+async fn an_unreadable_job_does_not_hold_back_the_jobs_taken_with_it() {
+    let redis = TestRedis::start().await;
+    let q = queue(&redis).await;
+    q.enqueue(&job("msg_d", 2)).await.unwrap();
+    // An entry this version cannot read (garbage, or a newer version's event type) between two
+    // good ones.
+    let stream = format!("{}:{{wh:2}}:jobs", redis.prefix);
+    let _: String = redis::cmd("XADD")
+        .arg(&stream)
+        .arg("*")
+        .arg("job")
+        .arg(r#"{"id":"msg_x","event":"plan.submitted"}"#)
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap();
+    q.enqueue(&job("msg_e", 2)).await.unwrap();
+    let taken = q.take(2, "r1", 10, 60_000).await.unwrap();
+    let ids: Vec<_> = taken.iter().map(|t| t.job.id.as_str()).collect();
+    assert_eq!(ids, ["msg_d", "msg_e"]);
+}
+
+#[tokio::test]
 async fn without_redis_the_webhook_routes_say_the_feature_is_not_there() {
     let app = spawn_replica(None, "a").await;
     app.get("/v1/webhooks")

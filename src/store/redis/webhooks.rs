@@ -107,7 +107,7 @@ pub fn is_position(raw: &str) -> bool {
             .is_some_and(|hex| hex.len() <= 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// `[[id, [field, value, …]], …]` as a stream read answers it → the jobs.
+/// `[[id, [field, value, …]], …]` as a stream read answers it → the jobs this replica can read.
 fn decode_taken(group: usize, reply: &Value) -> StoreResult<Vec<Taken>> {
     let Value::Array(entries) = reply else {
         return Ok(Vec::new());
@@ -124,14 +124,18 @@ fn decode_taken(group: usize, reply: &Value) -> StoreResult<Vec<Taken>> {
             .chunks(2)
             .find(|kv| kv.first().and_then(bytes) == Some(b"job"))
             .and_then(|kv| kv.get(1).and_then(bytes));
-        let Some(job) = job else {
-            return Err(corrupt(&format!("webhook job {entry}"), "no job field"));
-        };
-        out.push(Taken {
-            group,
-            job: decode(&format!("webhook job {entry}"), job)?,
-            entry,
-        });
+        // One entry this replica cannot read (garbage, or a newer version's job) is left
+        // pending, claimed again later (maybe by a replica that reads it); it does not fail
+        // the take, which would strand the jobs taken with it.
+        let read = job
+            .ok_or_else(|| corrupt(&format!("webhook job {entry}"), "no job field"))
+            .and_then(|raw| decode(&format!("webhook job {entry}"), raw));
+        match read {
+            Ok(job) => out.push(Taken { group, job, entry }),
+            Err(e) => {
+                tracing::warn!(group, error = %e, "an unreadable webhook job is left pending")
+            }
+        }
     }
     Ok(out)
 }
