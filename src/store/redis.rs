@@ -99,7 +99,7 @@ impl RedisLog {
     }
 
     pub fn key(&self, sid: &SessionId) -> String {
-        format!("{}:{{{}}}:log", self.prefix, sid)
+        log_key(&self.prefix, sid)
     }
 
     /// Every key of one session, its stream first, then its keyed requests' markers and their
@@ -130,6 +130,11 @@ pub(super) fn unavailable(e: redis::RedisError) -> super::StoreError {
     } else {
         super::StoreError::Unavailable(e.to_string())
     }
+}
+
+/// The key of a session's stream under `prefix`.
+fn log_key(prefix: &str, sid: &SessionId) -> String {
+    format!("{prefix}:{{{sid}}}:log")
 }
 
 impl EventLog for RedisLog {

@@ -104,6 +104,9 @@ pub trait WebhookStore: Send + Sync + 'static {
         tenant: &'a str,
         id: &'a str,
     ) -> BoxFuture<'a, StoreResult<Option<Endpoint>>>;
+    /// Whether the session a job is about still exists: a deleted or expired session's
+    /// events (plan text among them) are not sent on.
+    fn session_exists<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<bool>>;
     /// Removes an endpoint and its delivery records; false when there was none.
     fn remove<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, StoreResult<bool>>;
 

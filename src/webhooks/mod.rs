@@ -35,6 +35,9 @@ const BATCH: usize = 32;
 /// Pause between takes when the last round found work.
 const BUSY_PAUSE: Duration = Duration::from_millis(10);
 
+/// A delivery's last attempt error when its session was deleted before it was sent.
+const SESSION_GONE: &str = "the session was deleted or expired; nothing was sent";
+
 /// How a replica sends deliveries (`DSH_WEBHOOK_*`).
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
@@ -175,9 +178,20 @@ impl Sender {
                 return tracing::warn!(delivery = %job.id, error = %e, "reading a webhook endpoint failed")
             }
         };
+        // A session deleted (or expired) since its event was queued: nothing of it is sent,
+        // and the delivery ends `failed` with the reason.
+        let exists = match self.store.session_exists(&job.session).await {
+            Ok(exists) => exists,
+            Err(e) => {
+                return tracing::warn!(delivery = %job.id, error = %e, "checking a webhook's session failed")
+            }
+        };
         let at = now_ms();
         let started = Instant::now();
-        let outcome = self.send(&endpoint, &t).await;
+        let outcome = match exists {
+            true => self.send(&endpoint, &t).await,
+            false => Err(SESSION_GONE.to_owned()),
+        };
         let attempt = Attempt {
             at,
             status: outcome.as_ref().ok().copied(),
@@ -188,7 +202,7 @@ impl Sender {
         let job = &t.job;
         let ok = matches!(outcome, Ok(s) if (200..300).contains(&s));
         let now = now_ms();
-        let next = match ok {
+        let next = match ok || !exists {
             true => None,
             false => backoff(
                 self.config.backoff_ms,

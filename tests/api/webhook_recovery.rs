@@ -7,7 +7,7 @@ use dsh_plan::startup::{open_store, Application};
 use wiremock::ResponseTemplate;
 
 use crate::helpers::{serve, spawn_with, TestApp, TestRedis};
-use crate::webhooks::{await_requests, body, receiver, register};
+use crate::webhooks::{await_delivery, await_requests, body, receiver, register};
 
 /// A replica on `redis` whose commits are never announced to webhooks.
 async fn silent_replica(redis: &TestRedis) -> TestApp {
@@ -49,4 +49,45 @@ async fn a_turn_cancelled_by_a_replica_that_never_announced_it_is_announced_by_i
     let ended = body(&got[0]);
     assert_eq!(ended["type"], "turn.ended");
     assert_eq!(ended["data"]["reason"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_deleted_sessions_pending_deliveries_end_failed_and_nothing_more_is_sent() {
+    let redis = TestRedis::start().await;
+    let app = spawn_with(Some(&redis), "a", |s| {
+        s.webhook_allow_private = true;
+        s.webhook_backoff_ms = 300;
+        s.webhook_poll_ms = 50;
+    })
+    .await;
+    // Down at first: the delivery waits for its retry when the session is deleted.
+    let receiver = receiver(ResponseTemplate::new(503), u64::MAX).await;
+    let hook = register(&app, &receiver.uri(), &["turn.ended"]).await;
+    let hook = hook["id"].as_str().unwrap();
+    let sid = app.create_session().await;
+    app.prompt(&sid, "main", "hello").await.ok();
+    await_requests(&receiver, 1).await;
+    let res = app
+        .send(app.client.delete(app.url(&format!("/v1/sessions/{sid}"))))
+        .await;
+    assert_eq!(res.status, 204);
+    let page = await_delivery(&app, hook, "failed").await;
+    let attempts = page["deliveries"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let last = attempts.last().unwrap();
+    assert!(last.get("status").is_none(), "not sent: {last}");
+    assert!(
+        last["error"].as_str().unwrap().contains("deleted"),
+        "says why: {last}"
+    );
+    let sent = receiver.received_requests().await.unwrap().len();
+    assert_eq!(
+        sent,
+        attempts.len() - 1,
+        "every attempt but the last was sent"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    assert_eq!(receiver.received_requests().await.unwrap().len(), sent);
 }

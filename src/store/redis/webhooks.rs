@@ -194,6 +194,22 @@ impl WebhookStore for RedisWebhooks {
         })
     }
 
+    fn session_exists<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<bool>> {
+        Box::pin(async move {
+            // An id that does not parse names no session there can be.
+            let Ok(sid) = crate::domain::SessionId::parse(session) else {
+                return Ok(false);
+            };
+            let mut conn = self.conn.clone();
+            let n: i64 = redis::cmd("EXISTS")
+                .arg(super::log_key(&self.prefix, &sid))
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            Ok(n > 0)
+        })
+    }
+
     fn remove<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, StoreResult<bool>> {
         Box::pin(async move {
             let reply = self.records_op(tenant, id, &["remove", id]).await?;
