@@ -261,11 +261,16 @@ impl Drop for TestCluster {
     }
 }
 
-/// A plain connection to one node.
+/// A plain connection to one node. A node busy with a full sync on a loaded machine can miss
+/// the client's connect timeout: it is tried again for 10 s.
 async fn node(port: u16) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.get_multiplexed_async_connection().await {
+            Ok(conn) => return conn,
+            Err(e) if Instant::now() >= deadline => panic!("node {port}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
