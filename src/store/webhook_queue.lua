@@ -22,11 +22,14 @@ if op == 'enqueue' then
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'job', ARGV[2])
   return 1
 elseif op == 'take' then
-  ensure()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local max = tonumber(ARGV[3])
-  for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, max)) do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, max)
+  -- An idle poll of a group no job ever reached creates nothing (and costs two reads).
+  if #due == 0 and redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+  ensure()
+  for _, job in ipairs(due) do
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*', 'job', job)
     redis.call('ZREM', KEYS[2], job)
   end

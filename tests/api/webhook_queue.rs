@@ -131,6 +131,30 @@ async fn an_unreadable_job_does_not_hold_back_the_jobs_taken_with_it() {
 }
 
 #[tokio::test]
+async fn polling_queues_no_job_ever_reached_creates_no_key() {
+    // Every replica polls all 16 groups, webhooks or not; an idle poll must leave Redis as it
+    // was (a deployment without webhooks should not grow keys, and tests compare key sets).
+    let redis = TestRedis::start().await;
+    let q = queue(&redis).await;
+    for group in 0..16 {
+        assert!(q.take(group, "r1", 10, 0).await.unwrap().is_empty());
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", redis.prefix))
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+    // A retry due in a group is still taken (the poll creates the stream for it then).
+    q.enqueue(&job("msg_f", 5)).await.unwrap();
+    let taken = q.take(5, "r1", 10, 60_000).await.unwrap();
+    q.retry(&taken[0], now_ms()).await.unwrap();
+    let again = q.take(5, "r1", 10, 60_000).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].job.id, "msg_f");
+}
+
+#[tokio::test]
 async fn without_redis_the_webhook_routes_say_the_feature_is_not_there() {
     let app = spawn_replica(None, "a").await;
     app.get("/v1/webhooks")
