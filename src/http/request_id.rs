@@ -49,7 +49,47 @@ fn choose(sent: Option<&HeaderValue>) -> String {
     sent.and_then(|v| v.to_str().ok())
         .filter(|v| acceptable(v))
         .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+        .unwrap_or_else(fresh_id)
+}
+
+/// A fresh UUID v7. Its random bits come from a per-thread generator seeded once from the OS:
+/// a request id must be unique, not secret, and `Uuid::now_v7` made one `getrandom` system
+/// call per request.
+fn fresh_id() -> String {
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(seed());
+    }
+    let (a, b) = STATE.with(|s| (splitmix(s), splitmix(s)));
+    let mut random = [0u8; 10];
+    random[..8].copy_from_slice(&a.to_le_bytes());
+    random[8..].copy_from_slice(&b.to_le_bytes()[..2]);
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    uuid::Builder::from_unix_timestamp_millis(ms, &random)
+        .into_uuid()
+        .to_string()
+}
+
+/// A generator's seed: OS randomness, or (without it) the time and the thread.
+fn seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_ok() {
+        return u64::from_le_bytes(bytes);
+    }
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new()
+        .hash_one((std::thread::current().id(), std::time::SystemTime::now()))
+}
+
+/// SplitMix64: the next value of the generator in `state`.
+fn splitmix(state: &std::cell::Cell<u64>) -> u64 {
+    let x = state.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+    state.set(x);
+    let z = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Gives the request its id, runs it inside a span carrying the id, logs one access line, and
@@ -123,6 +163,31 @@ mod tests {
         let uuid = uuid::Uuid::parse_str(&drawn).expect("a uuid");
         assert_eq!(uuid.get_version_num(), 7);
         assert_ne!(choose(None), choose(None));
+    }
+
+    #[test]
+    fn drawn_ids_are_distinct_across_threads_and_carry_the_current_time() {
+        let before = std::time::SystemTime::now();
+        let drawn: Vec<String> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| (0..5_000).map(|_| fresh_id()).collect::<Vec<_>>()))
+                .collect();
+            threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap())
+                .collect()
+        });
+        let distinct: std::collections::HashSet<_> = drawn.iter().collect();
+        assert_eq!(distinct.len(), drawn.len());
+        let after = std::time::SystemTime::now();
+        for id in &drawn {
+            let uuid = uuid::Uuid::parse_str(id).unwrap();
+            assert_eq!(uuid.get_version_num(), 7);
+            let (secs, nanos) = uuid.get_timestamp().unwrap().to_unix();
+            let at = std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos);
+            let floor = before - std::time::Duration::from_millis(1);
+            assert!(floor <= at && at <= after, "{id}");
+        }
     }
 
     /// Log output captured in memory.
