@@ -66,8 +66,19 @@ for i = 9, #ARGV, 3 do
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
   published[#published + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
 end
--- Reads never extend a session's life; every write does, for all of its keys.
+-- Reads never extend a session's life; every write does, for all of its keys: each is set to
+-- expire the retention after the write, give or take a second (a hundredth of a retention
+-- under 100 s), so a session written many times a second pays one PTTL, not one PEXPIRE per
+-- key.
 if #published > 0 then
+  local keep = tonumber(ARGV[6])
+  local left = redis.call('PTTL', KEYS[1])
+  local fresh
+  if keep == 0 then
+    fresh = left == -1
+  else
+    fresh = left > keep - math.min(1000, math.floor(keep / 100))
+  end
   if marker then
     -- A few expired markers go with each new one, so the hash holds about the live ones.
     local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 8)
@@ -78,8 +89,9 @@ if #published > 0 then
     redis.call('HSET', KEYS[2], marker, string.format('%d %d', expected + 1, seq))
     redis.call('ZADD', KEYS[3], now + tonumber(ARGV[7]), marker)
   end
-  for i = 1, #KEYS do
-    if ARGV[6] == '0' then
+  -- A marker may have made its hash just now: it takes the ttl too.
+  for i = 1, (fresh and not marker) and 0 or #KEYS do
+    if keep == 0 then
       redis.call('PERSIST', KEYS[i])
     else
       redis.call('PEXPIRE', KEYS[i], ARGV[6])

@@ -159,3 +159,61 @@ async fn a_fork_is_kept_under_its_parents_retention() {
     let ttl = pttl(&redis, child).await;
     assert!((55_000..=60_000).contains(&ttl), "PTTL {ttl}");
 }
+
+async fn pttl_of(redis: &TestRedis, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap()
+}
+
+fn markers_key(redis: &TestRedis, sid: &str) -> String {
+    format!("{}:{{{sid}}}:idem", redis.prefix)
+}
+
+#[tokio::test]
+async fn a_session_whose_log_alone_was_evicted_stays_gone_after_a_write() {
+    // An eviction (or an operator's DEL) can take the log and leave the session's other keys:
+    // a write to it must not start the log again.
+    let redis = TestRedis::start().await;
+    let app = app_keeping(Some(&redis), Duration::from_secs(60)).await;
+    let sid = app.create_session().await;
+    app.set_plan(&sid, "main", true).await.ok();
+    let _: u64 = redis::cmd("DEL")
+        .arg(redis.key(&sid))
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap();
+    app.set_plan(&sid, "main", false)
+        .await
+        .assert_problem(404, "session-not-found");
+    assert!(!exists(&redis, &sid).await, "the write created no log");
+    app.session(&sid)
+        .await
+        .assert_problem(404, "session-not-found");
+}
+
+#[tokio::test]
+async fn a_keyed_write_right_after_another_gives_its_markers_the_sessions_ttl() {
+    // TTLs are refreshed once they ran down by a second (a hundredth of a short retention):
+    // a keyed write whose session was written just before still gives the markers it creates
+    // the session's TTL, so they never outlive it.
+    let redis = TestRedis::start().await;
+    let app = app_keeping(Some(&redis), Duration::from_secs(600)).await;
+    let sid = app.create_session().await;
+    let reply = crate::idempotency::keyed(
+        &app,
+        reqwest::Method::PUT,
+        &format!("/v1/sessions/{sid}/agents/main/plan"),
+        "ttl-1",
+        serde_json::json!({"active": true}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let marks = markers_key(&redis, &sid);
+    for key in [redis.key(&sid), marks.clone(), format!("{marks}:exp")] {
+        let ttl = pttl_of(&redis, &key).await;
+        assert!((590_000..=600_000).contains(&ttl), "{key}: PTTL {ttl}");
+    }
+}
