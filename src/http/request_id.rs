@@ -44,7 +44,7 @@ pub fn acceptable(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
-/// The client's id when acceptable, else a fresh UUID v7 (time-ordered, so ids sort by arrival).
+/// The client's id when acceptable, else a fresh UUID v7 (time-ordered to the millisecond).
 fn choose(sent: Option<&HeaderValue>) -> String {
     sent.and_then(|v| v.to_str().ok())
         .filter(|v| acceptable(v))

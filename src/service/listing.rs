@@ -44,8 +44,9 @@ pub struct SessionSummary {
     /// The last event's id.
     #[schema(value_type = String, example = "7-0")]
     pub last_event_id: EventId,
-    /// When it expires unless written again: its retention after its last write. Absent for
-    /// a session kept until deleted.
+    /// When it expires unless written again: its retention after its last write (on Redis,
+    /// up to a second earlier: a session's TTLs are refreshed once they ran down by a
+    /// second). Absent for a session kept until deleted.
     #[serde(
         skip_serializing_if = "Option::is_none",
         with = "crate::domain::event::rfc3339_ms_opt"

@@ -2247,8 +2247,9 @@ export interface components {
             /** @example 2026-12-02T10:23:53.123Z */
             created_at: string;
             /**
-             * @description When it expires unless written again: its retention after its last write. Absent for
-             *     a session kept until deleted.
+             * @description When it expires unless written again: its retention after its last write (on Redis,
+             *     up to a second earlier: a session's TTLs are refreshed once they ran down by a
+             *     second). Absent for a session kept until deleted.
              * @example 2027-01-01T10:23:53.123Z
              */
             expires_at?: string | null;
