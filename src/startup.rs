@@ -285,6 +285,8 @@ impl Application {
         let origins =
             http::cors::parse_origins(&settings.cors_origins).map_err(anyhow::Error::msg)?;
         let server = HttpServer::new(move || {
+            // Runs on each worker thread: its Redis commands go on a connection of its own.
+            crate::store::redis::own_connections();
             // Innermost first: keyed writes run once (for a known caller, and only once they
             // are JSON); writes must be JSON; CORS headers go on every answer to an allowed
             // origin, the guard's 415 included; the security headers go on everything; a HEAD

@@ -29,8 +29,8 @@ mod limits;
 mod live;
 mod requests;
 mod webhooks;
-pub use self::conn::Conn;
 use self::conn::Target;
+pub use self::conn::{own_connections, Conn};
 pub use self::limits::RedisLimits;
 pub use self::requests::RedisRequests;
 pub use self::webhooks::{is_position, RedisWebhooks};
@@ -149,7 +149,7 @@ impl EventLog for RedisLog {
         limit: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<Recorded>>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let reply: Value = redis::cmd("XRANGE")
                 .arg(self.key(sid))
                 .arg(format!("({after}-0"))
@@ -174,7 +174,7 @@ impl EventLog for RedisLog {
                 return self.read(sid, 0, limit).await.map(Some);
             }
             // One range read from the anchor itself: its entry must still be there, unchanged.
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let reply: Value = redis::cmd("XRANGE")
                 .arg(self.key(sid))
                 .arg(format!("{}-0", anchor.seq))
@@ -220,7 +220,7 @@ impl EventLog for RedisLog {
 
     fn trim<'a>(&'a self, sid: &'a SessionId, keep_from: u64) -> BoxFuture<'a, StoreResult<()>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let _: Value = self
                 .trim_cmd(sid, keep_from)
                 .query_async(&mut conn)
@@ -232,7 +232,7 @@ impl EventLog for RedisLog {
 
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let _: Value = redis::cmd("PING")
                 .query_async(&mut conn)
                 .await
@@ -247,7 +247,7 @@ impl EventLog for RedisLog {
 
     fn delete<'a>(&'a self, sid: &'a SessionId) -> BoxFuture<'a, StoreResult<bool>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let mut inv = self.delete.prepare_invoke();
             for key in self.session_keys(sid) {
                 inv.key(key);
@@ -327,7 +327,7 @@ impl RedisLeases {
         ttl: u64,
         arg: &str,
     ) -> StoreResult<Value> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.here();
         let [expiry, owners] = &self.groups[group];
         let mut inv = self.script.key(expiry);
         inv.key(owners).arg(op).arg(owner).arg(ttl).arg(arg);

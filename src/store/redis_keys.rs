@@ -49,7 +49,7 @@ fn decode(id: &str, fields: Vec<(String, String)>) -> StoreResult<Option<KeyReco
 impl KeyStore for RedisLog {
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, StoreResult<Option<KeyRecord>>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let fields: Vec<(String, String)> = conn
                 .hgetall(self.key_key(id))
                 .await
@@ -60,7 +60,7 @@ impl KeyStore for RedisLog {
 
     fn put<'a>(&'a self, r: &'a KeyRecord) -> BoxFuture<'a, StoreResult<()>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let mut fields = vec![
                 ("tenant", r.tenant.to_string()),
                 ("hash", r.hash.clone()),
@@ -91,7 +91,7 @@ impl KeyStore for RedisLog {
 
     fn list(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let ids: Vec<String> = conn
                 .smembers(self.key_index())
                 .await
@@ -112,7 +112,7 @@ impl KeyStore for RedisLog {
             if self.get(id).await?.is_none() {
                 return Ok(false);
             }
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let _: bool = conn
                 .hset_nx(self.key_key(id), "revoked_at", at)
                 .await
@@ -123,7 +123,7 @@ impl KeyStore for RedisLog {
 
     fn ids(&self) -> BoxFuture<'_, StoreResult<Vec<String>>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             conn.smembers(self.key_index())
                 .await
                 .map_err(|e| self.failed(e))
@@ -137,7 +137,7 @@ impl KeyStore for RedisLog {
     ) -> BoxFuture<'a, StoreResult<String>> {
         Box::pin(async move {
             let key = format!("{}:token-keys", self.prefix);
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let _: bool = conn
                 .hset_nx(&key, kid, proposed)
                 .await

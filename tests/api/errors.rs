@@ -1,5 +1,7 @@
 use std::time::{Duration, Instant};
 
+use dsh_plan::store::redis::Conn;
+
 use crate::helpers::{spawn_replica, TestRedis};
 use crate::on_both_stores;
 
@@ -280,6 +282,80 @@ async fn redis_down_answers_503_with_retry_after_and_no_hang() {
         app.get("/healthz").await.status,
         200,
         "liveness does not depend on Redis"
+    );
+}
+
+/// The replica's command connections to Redis, as `CLIENT LIST` names them: every RESP2
+/// client but the one asking (its live subscriber speaks RESP3).
+async fn replica_clients(conn: &mut Conn) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let resp2 = list.lines().filter(|l| l.contains(" resp=2")).count();
+    resp2.saturating_sub(1)
+}
+
+#[tokio::test]
+async fn writes_resume_after_redis_drops_every_connection_of_the_replica() {
+    // Its own server even under REDIS_URL: this test kills every client of it.
+    let redis = TestRedis::start_private().await;
+    let app = spawn_replica(Some(&redis), "a").await;
+    let mut conn = redis.conn().await;
+    // Before any request: the connections the replica opened to start.
+    let shared = replica_clients(&mut conn).await;
+    let sid = app.create_session().await;
+    // An HTTP worker's requests go on a connection of its own once it has opened it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut active = false;
+    while replica_clients(&mut conn).await <= shared {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never opened its own connection"
+        );
+        active = !active;
+        assert_eq!(app.set_plan(&sid, "main", active).await.status, 200);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        killed as usize > shared,
+        "killed {killed}, the worker's included"
+    );
+    // Writes fail fast meanwhile (503) and succeed again once the connections are back.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut acknowledged = 0;
+    while acknowledged < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "writes did not resume after the connections dropped"
+        );
+        let reply = app.set_plan(&sid, "main", !active).await;
+        match reply.status.as_u16() {
+            200 => {
+                active = !active;
+                acknowledged += 1;
+            }
+            _ => {
+                reply.assert_problem(503, "store-unavailable");
+            }
+        }
+    }
+    assert_eq!(
+        app.plan(&sid, "main").await.ok(),
+        serde_json::json!({"active": active}),
+        "the log holds the last acknowledged write"
     );
 }
 

@@ -34,7 +34,7 @@ impl RedisLog {
             return Ok(Append::Committed(Vec::new()));
         }
         let data = encode(events)?;
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.here();
         let mut inv = self.append.prepare_invoke();
         for key in self.session_keys(sid) {
             inv.key(key);
@@ -98,7 +98,7 @@ impl RedisLog {
 impl RedisLog {
     /// Whether the session's log ends at the entry `anchor` names.
     async fn ends_at(&self, sid: &SessionId, anchor: Anchor) -> StoreResult<bool> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.here();
         let reply: Value = redis::cmd("XREVRANGE")
             .arg(self.key(sid))
             .arg("+")

@@ -5,12 +5,19 @@
 //! each command (and each script invocation) by its first key, so everything else is the same
 //! code on both.
 //!
+//! A node's commands from an HTTP worker thread go on that thread's own connection once it is
+//! open (see [`Conn::here`]), so a request and its Redis round trips stay on one thread; the
+//! shared connection serves background work, and a worker until its own is open.
+//!
 //! Live messages differ: a cluster broadcasts a plain `PUBLISH` to every node, so there the
 //! session's channel is a shard channel (`SPUBLISH` / `SSUBSCRIBE`, served by the node holding
 //! the session's slot). A single node keeps `PUBLISH` / `SUBSCRIBE`: the crate's
 //! `ConnectionManager` cannot `SSUBSCRIBE` (nor resubscribe a shard channel after a reconnect).
 
-use std::time::Duration;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -64,8 +71,18 @@ impl Target {
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_response_timeout(Some(RESPONSE_TIMEOUT))
                     .set_number_of_retries(RETRIES as usize);
-                let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
-                Ok(Conn::Single(conn))
+                let conn =
+                    ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+                static IDS: AtomicU64 = AtomicU64::new(0);
+                let origin = Origin {
+                    id: IDS.fetch_add(1, Ordering::Relaxed),
+                    client: client.clone(),
+                    config,
+                };
+                Ok(Conn::Single(Single {
+                    conn,
+                    origin: Some(Arc::new(origin)),
+                }))
             }
             Self::Cluster(nodes) => {
                 let client = cluster_builder(nodes).build()?;
@@ -91,9 +108,10 @@ impl Target {
                     .set_response_timeout(Some(RESPONSE_TIMEOUT))
                     .set_push_sender(pushes)
                     .set_automatic_resubscription();
-                Ok(Conn::Single(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
+                Ok(Conn::Single(Single {
+                    conn: ConnectionManager::new_with_config(client, config).await?,
+                    origin: None,
+                }))
             }
             Self::Cluster(nodes) => {
                 let client = cluster_builder(nodes)
@@ -144,8 +162,61 @@ fn seeds(rest: &str) -> RedisResult<Vec<ConnectionInfo>> {
 /// A connection to one node or to a cluster, cheap to clone (both multiplex).
 #[derive(Clone)]
 pub enum Conn {
-    Single(ConnectionManager),
+    Single(Single),
     Cluster(ClusterConnection),
+}
+
+/// A connection to one node.
+#[derive(Clone)]
+pub struct Single {
+    conn: ConnectionManager,
+    /// How to open another like it, for [`Conn::here`] (none: a subscriber's).
+    origin: Option<Arc<Origin>>,
+}
+
+struct Origin {
+    id: u64,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+}
+
+/// A thread's own connection to one node, opened from a store's [`Origin`] on the thread's
+/// runtime.
+struct Slot {
+    origin: Weak<Origin>,
+    id: u64,
+    runtime: tokio::runtime::Id,
+    state: Own,
+}
+
+enum Own {
+    Ready(ConnectionManager),
+    Opening,
+    /// The last `failures` attempts failed: the shared connection serves until `retry`.
+    Failed {
+        failures: u32,
+        retry: Instant,
+    },
+}
+
+/// How long after a failed attempt a thread tries again to open its own connection: doubled
+/// with each failure in a row, up to [`REOPEN_MAX`].
+const REOPEN: Duration = Duration::from_secs(1);
+const REOPEN_MAX: Duration = Duration::from_secs(30);
+
+thread_local! {
+    /// Whether this thread keeps connections of its own: set by [`own_connections`].
+    static OWNS: Cell<bool> = const { Cell::new(false) };
+    static OWN: RefCell<Vec<Slot>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Lets the calling thread open a connection of its own to each node store it sends commands
+/// to: only for a thread whose single-threaded runtime lives as long as the thread (an HTTP
+/// worker). A multiplexed connection's driver then runs beside the requests it serves: the
+/// shared connection's runs on the main runtime, and each round trip through it costs two
+/// wake-ups across threads (measured: about one eventfd write per request).
+pub fn own_connections() {
+    OWNS.set(true);
 }
 
 impl Conn {
@@ -157,6 +228,17 @@ impl Conn {
 
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
+    }
+
+    /// The connection to send commands on from this thread: on a thread that keeps its own
+    /// ([`own_connections`]) and once it has opened it, that one; otherwise (and while it is
+    /// being opened, in the background) this shared one. A caller uses what this returns for
+    /// everything that must go on one connection (a write and its `WAIT`).
+    pub(in crate::store) fn here(&self) -> Self {
+        match self {
+            Self::Single(single) => Self::Single(single.here()),
+            Self::Cluster(conn) => Self::Cluster(conn.clone()),
+        }
     }
 
     /// `WAIT replicas timeout` on the node holding `key`'s slot (on one node: this
@@ -171,7 +253,7 @@ impl Conn {
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(replicas).arg(timeout.as_millis() as u64);
         match self {
-            Self::Single(conn) => cmd.query_async(conn).await,
+            Self::Single(single) => cmd.query_async(&mut single.conn).await,
             Self::Cluster(conn) => {
                 let route = Route::with_key(key, SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
@@ -184,14 +266,14 @@ impl Conn {
     /// Subscribes to a session's live channel: a shard channel on a cluster.
     pub(super) async fn watch(&mut self, channel: &str) -> RedisResult<()> {
         match self {
-            Self::Single(conn) => conn.subscribe(channel).await,
+            Self::Single(single) => single.conn.subscribe(channel).await,
             Self::Cluster(conn) => conn.ssubscribe(channel).await,
         }
     }
 
     pub(super) async fn unwatch(&mut self, channel: &str) -> RedisResult<()> {
         match self {
-            Self::Single(conn) => conn.unsubscribe(channel).await,
+            Self::Single(single) => single.conn.unsubscribe(channel).await,
             Self::Cluster(conn) => conn.sunsubscribe(channel).await,
         }
     }
@@ -200,7 +282,7 @@ impl Conn {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Single(conn) => conn.req_packed_command(cmd),
+            Self::Single(single) => single.conn.req_packed_command(cmd),
             Self::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -212,17 +294,101 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Single(single) => single.conn.req_packed_commands(pipeline, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Single(conn) => conn.get_db(),
+            Self::Single(single) => single.conn.get_db(),
             Self::Cluster(conn) => conn.get_db(),
         }
     }
+}
+
+impl Single {
+    fn here(&self) -> Self {
+        let Some(origin) = self.origin.as_ref().filter(|_| OWNS.get()) else {
+            return self.clone();
+        };
+        // What the thread's runtime spawns must run on this thread (the connection is kept in
+        // this thread's slots): a current-thread runtime.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.clone();
+        };
+        if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
+            return self.clone();
+        }
+        let (id, rt) = (origin.id, runtime.id());
+        let open = OWN.with_borrow_mut(|slots| {
+            let Some(slot) = slots.iter_mut().find(|s| s.id == id && s.runtime == rt) else {
+                // Connections of stores that are gone close with their slots.
+                slots.retain(|s| s.origin.strong_count() > 0);
+                slots.push(Slot {
+                    origin: Arc::downgrade(origin),
+                    id,
+                    runtime: rt,
+                    state: Own::Opening,
+                });
+                return Err(Some(0));
+            };
+            match slot.state {
+                Own::Ready(ref conn) => Ok(conn.clone()),
+                Own::Failed { failures, retry } if Instant::now() >= retry => {
+                    slot.state = Own::Opening;
+                    Err(Some(failures))
+                }
+                Own::Opening | Own::Failed { .. } => Err(None),
+            }
+        });
+        match open {
+            Ok(conn) => Self {
+                conn,
+                origin: self.origin.clone(),
+            },
+            Err(opening) => {
+                if let Some(failures) = opening {
+                    runtime.spawn(open_own(origin.clone(), rt, failures));
+                }
+                self.clone()
+            }
+        }
+    }
+}
+
+/// Opens this thread's own connection for `origin` and keeps it in the thread's slot; meanwhile
+/// (and after a failure, until the retry) the shared connection serves. A first failure is
+/// logged, and so is the recovery after one.
+async fn open_own(origin: Arc<Origin>, runtime: tokio::runtime::Id, failures: u32) {
+    let opened =
+        ConnectionManager::new_with_config(origin.client.clone(), origin.config.clone()).await;
+    let state = match opened {
+        Ok(conn) => {
+            if failures > 0 {
+                tracing::info!(failures, "a worker opened its own Redis connection");
+            }
+            Own::Ready(conn)
+        }
+        Err(e) => {
+            if failures == 0 {
+                tracing::warn!(kind = ?e.kind(), "a worker could not open its own Redis connection; the shared one serves");
+            }
+            let wait = REOPEN.saturating_mul(1 << failures.min(5)).min(REOPEN_MAX);
+            Own::Failed {
+                failures: failures + 1,
+                retry: Instant::now() + wait,
+            }
+        }
+    };
+    OWN.with_borrow_mut(|slots| {
+        if let Some(slot) = slots
+            .iter_mut()
+            .find(|s| s.id == origin.id && s.runtime == runtime)
+        {
+            slot.state = state;
+        }
+    });
 }
 
 #[cfg(test)]

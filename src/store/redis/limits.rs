@@ -128,7 +128,7 @@ impl LimitStore for RedisLimits {
     fn take(&self, key_id: &str, rate: u32, n: u32) -> BoxFuture<'_, StoreResult<Bucket>> {
         let key = format!("{}:{{k:{key_id}}}:rate", self.prefix);
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let reply: Value = self
                 .rate
                 .key(key)
@@ -164,7 +164,7 @@ impl LimitStore for RedisLimits {
         max: u64,
     ) -> BoxFuture<'a, StoreResult<Admission>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let mut admit = self.admit.key(self.tenant_key(tenant, set.name()));
             if set == CountedSet::Sessions {
                 admit.key(self.order_key(tenant));
@@ -217,7 +217,7 @@ impl LimitStore for RedisLimits {
                 for inv in &invocations {
                     pipe.invoke_script(inv).ignore();
                 }
-                let mut conn = self.conn.clone();
+                let mut conn = self.conn.here();
                 pipe.query_async::<Value>(&mut conn).await.map(drop)
             });
             futures_util::future::try_join_all(runs)
@@ -234,7 +234,7 @@ impl LimitStore for RedisLimits {
         ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<()>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let _: Value = self
                 .refresh
                 .key(self.tenant_key(tenant, CountedSet::Sessions.name()))
@@ -255,7 +255,7 @@ impl LimitStore for RedisLimits {
         at_most: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<String>>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             self.members
                 .key(self.tenant_key(tenant, set.name()))
                 .arg(at_most)
@@ -284,7 +284,7 @@ impl LimitStore for RedisLimits {
                     .arg(member)
                     .ignore();
             }
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let _: Value = pipe.query_async(&mut conn).await.map_err(unavailable)?;
             Ok(())
         })
@@ -297,7 +297,7 @@ impl LimitStore for RedisLimits {
         limit: usize,
     ) -> BoxFuture<'a, StoreResult<SessionPage>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let before = before.map_or_else(|| "+inf".to_owned(), |b| b.to_string());
             let reply: Value = self
                 .list
@@ -320,7 +320,7 @@ impl LimitStore for RedisLimits {
         max: u64,
     ) -> BoxFuture<'a, StoreResult<Admission>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let reply: Value = self
                 .window
                 .key(self.tenant_key(tenant, "calls"))
@@ -335,7 +335,7 @@ impl LimitStore for RedisLimits {
 
     fn overrides<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<TenantOverrides>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let values: Vec<Option<String>> = redis::cmd("HMGET")
                 .arg(self.tenant_key(tenant, "settings"))
                 .arg(&TenantOverrides::FIELDS[..])
@@ -372,7 +372,7 @@ impl LimitStore for RedisLimits {
             for (f, v) in fields {
                 cmd.arg(f).arg(v);
             }
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let _: Value = cmd.query_async(&mut conn).await.map_err(unavailable)?;
             Ok(())
         })

@@ -56,7 +56,7 @@ fn channel_session(prefix: &str, channel: &[u8]) -> Option<SessionId> {
 impl LiveBus for RedisLog {
     fn publish(&self, msg: Ephemeral) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let message = wire::encode_ephemeral(&msg)?;
             let _: Value = redis::cmd(self.publish_command())
                 .arg(self.live_channel(&msg.sid))

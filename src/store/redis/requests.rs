@@ -46,7 +46,7 @@ impl RedisRequests {
         for a in args {
             inv.arg(*a);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.here();
         inv.invoke_async(&mut conn).await.map_err(unavailable)
     }
 }

@@ -67,7 +67,7 @@ impl RedisWebhooks {
         for a in args {
             inv.arg(*a);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.here();
         inv.invoke_async(&mut conn).await.map_err(unavailable)
     }
 
@@ -78,7 +78,7 @@ impl RedisWebhooks {
         for a in args {
             inv.arg(*a);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.here();
         inv.invoke_async(&mut conn).await.map_err(unavailable)
     }
 }
@@ -161,7 +161,7 @@ impl WebhookStore for RedisWebhooks {
 
     fn endpoints<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<Vec<Endpoint>>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let all: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
                 .arg(self.endpoints_key(tenant))
                 .query_async(&mut conn)
@@ -182,7 +182,7 @@ impl WebhookStore for RedisWebhooks {
         id: &'a str,
     ) -> BoxFuture<'a, StoreResult<Option<Endpoint>>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let raw: Option<Vec<u8>> = redis::cmd("HGET")
                 .arg(self.endpoints_key(tenant))
                 .arg(id)
@@ -200,7 +200,7 @@ impl WebhookStore for RedisWebhooks {
             let Ok(sid) = crate::domain::SessionId::parse(session) else {
                 return Ok(false);
             };
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let n: i64 = redis::cmd("EXISTS")
                 .arg(super::log_key(&self.prefix, &sid))
                 .query_async(&mut conn)
@@ -306,7 +306,7 @@ impl WebhookStore for RedisWebhooks {
     ) -> BoxFuture<'a, StoreResult<DeliveryPage>> {
         Box::pin(async move {
             let [records, order] = self.record_keys(tenant, endpoint);
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.here();
             let start = after.map_or_else(|| "+".to_owned(), |a| format!("({a}"));
             let members: Vec<String> = redis::cmd("ZRANGE")
                 .arg(&order)
