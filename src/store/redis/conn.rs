@@ -5,8 +5,8 @@
 //! each command (and each script invocation) by its first key, so everything else is the same
 //! code on both.
 //!
-//! A node's commands from an HTTP worker thread go on that thread's own connection once it is
-//! open (see [`Conn::here`]), so a request and its Redis round trips stay on one thread; the
+//! Commands from an HTTP worker thread go on that thread's own connection (to the node, or a
+//! cluster client of its own) once it is open (see [`Conn::here`]), so a request and its Redis round trips stay on one thread; the
 //! shared connection serves background work, and a worker until its own is open.
 //!
 //! Live messages differ: a cluster broadcasts a plain `PUBLISH` to every node, so there the
@@ -63,30 +63,33 @@ impl Target {
         matches!(self, Self::Cluster(_))
     }
 
-    /// The connection commands are sent on.
+    /// The connection commands are sent on: shared, and the origin of each worker's own
+    /// ([`Conn::here`]).
     pub(super) async fn connect(&self) -> RedisResult<Conn> {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        Ok(Conn {
+            link: self.link().await?,
+            origin: Some(Arc::new(Origin {
+                id: IDS.fetch_add(1, Ordering::Relaxed),
+                target: self.clone(),
+            })),
+        })
+    }
+
+    /// A new multiplexed connection, its driver on the calling runtime.
+    async fn link(&self) -> RedisResult<Link> {
         match self {
             Self::Single(client) => {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_response_timeout(Some(RESPONSE_TIMEOUT))
                     .set_number_of_retries(RETRIES as usize);
-                let conn =
-                    ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
-                static IDS: AtomicU64 = AtomicU64::new(0);
-                let origin = Origin {
-                    id: IDS.fetch_add(1, Ordering::Relaxed),
-                    client: client.clone(),
-                    config,
-                };
-                Ok(Conn::Single(Single {
-                    conn,
-                    origin: Some(Arc::new(origin)),
-                }))
+                let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+                Ok(Link::Single(conn))
             }
             Self::Cluster(nodes) => {
                 let client = cluster_builder(nodes).build()?;
-                Ok(Conn::Cluster(client.get_async_connection().await?))
+                Ok(Link::Cluster(client.get_async_connection().await?))
             }
         }
     }
@@ -108,17 +111,17 @@ impl Target {
                     .set_response_timeout(Some(RESPONSE_TIMEOUT))
                     .set_push_sender(pushes)
                     .set_automatic_resubscription();
-                Ok(Conn::Single(Single {
-                    conn: ConnectionManager::new_with_config(client, config).await?,
-                    origin: None,
-                }))
+                let conn = ConnectionManager::new_with_config(client, config).await?;
+                Ok(Conn::from(Link::Single(conn)))
             }
             Self::Cluster(nodes) => {
                 let client = cluster_builder(nodes)
                     .use_protocol(redis::ProtocolVersion::RESP3)
                     .push_sender(pushes)
                     .build()?;
-                Ok(Conn::Cluster(client.get_async_connection().await?))
+                Ok(Conn::from(Link::Cluster(
+                    client.get_async_connection().await?,
+                )))
             }
         }
     }
@@ -161,27 +164,31 @@ fn seeds(rest: &str) -> RedisResult<Vec<ConnectionInfo>> {
 
 /// A connection to one node or to a cluster, cheap to clone (both multiplex).
 #[derive(Clone)]
-pub enum Conn {
-    Single(Single),
+pub struct Conn {
+    link: Link,
+    /// How to open another like it, for [`Conn::here`] (none: a subscriber's, or a worker's
+    /// own).
+    origin: Option<Arc<Origin>>,
+}
+
+#[derive(Clone)]
+enum Link {
+    Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
-/// A connection to one node.
-#[derive(Clone)]
-pub struct Single {
-    conn: ConnectionManager,
-    /// How to open another like it, for [`Conn::here`] (none: a subscriber's).
-    origin: Option<Arc<Origin>>,
+impl From<Link> for Conn {
+    fn from(link: Link) -> Self {
+        Self { link, origin: None }
+    }
 }
 
 struct Origin {
     id: u64,
-    client: redis::Client,
-    config: ConnectionManagerConfig,
+    target: Target,
 }
 
-/// A thread's own connection to one node, opened from a store's [`Origin`] on the thread's
-/// runtime.
+/// A thread's own connection, opened from a store's [`Origin`] on the thread's runtime.
 struct Slot {
     origin: Weak<Origin>,
     id: u64,
@@ -190,7 +197,7 @@ struct Slot {
 }
 
 enum Own {
-    Ready(ConnectionManager),
+    Ready(Conn),
     Opening,
     /// The last `failures` attempts failed: the shared connection serves until `retry`.
     Failed {
@@ -210,8 +217,8 @@ thread_local! {
     static OWN: RefCell<Vec<Slot>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Lets the calling thread open a connection of its own to each node store it sends commands
-/// to: only for a thread whose single-threaded runtime lives as long as the thread (an HTTP
+/// Lets the calling thread open a connection of its own (to the node, or a cluster client)
+/// for each store it sends commands through: only for a thread whose single-threaded runtime lives as long as the thread (an HTTP
 /// worker). A multiplexed connection's driver then runs beside the requests it serves: the
 /// shared connection's runs on the main runtime, and each round trip through it costs two
 /// wake-ups across threads (measured: about one eventfd write per request).
@@ -227,7 +234,7 @@ impl Conn {
     }
 
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
+        matches!(self.link, Link::Cluster(_))
     }
 
     /// The connection to send commands on from this thread: on a thread that keeps its own
@@ -235,80 +242,6 @@ impl Conn {
     /// being opened, in the background) this shared one. A caller uses what this returns for
     /// everything that must go on one connection (a write and its `WAIT`).
     pub(in crate::store) fn here(&self) -> Self {
-        match self {
-            Self::Single(single) => Self::Single(single.here()),
-            Self::Cluster(conn) => Self::Cluster(conn.clone()),
-        }
-    }
-
-    /// `WAIT replicas timeout` on the node holding `key`'s slot (on one node: this
-    /// connection, which made the write): how many replicas acknowledged every write this
-    /// connection sent that node so far.
-    pub(super) async fn wait_replicas(
-        &mut self,
-        key: &str,
-        replicas: u32,
-        timeout: Duration,
-    ) -> RedisResult<u64> {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(replicas).arg(timeout.as_millis() as u64);
-        match self {
-            Self::Single(single) => cmd.query_async(&mut single.conn).await,
-            Self::Cluster(conn) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                let reply = conn.route_command(cmd, routing).await?;
-                redis::from_redis_value(reply).map_err(Into::into)
-            }
-        }
-    }
-
-    /// Subscribes to a session's live channel: a shard channel on a cluster.
-    pub(super) async fn watch(&mut self, channel: &str) -> RedisResult<()> {
-        match self {
-            Self::Single(single) => single.conn.subscribe(channel).await,
-            Self::Cluster(conn) => conn.ssubscribe(channel).await,
-        }
-    }
-
-    pub(super) async fn unwatch(&mut self, channel: &str) -> RedisResult<()> {
-        match self {
-            Self::Single(single) => single.conn.unsubscribe(channel).await,
-            Self::Cluster(conn) => conn.sunsubscribe(channel).await,
-        }
-    }
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Self::Single(single) => single.conn.req_packed_command(cmd),
-            Self::Cluster(conn) => conn.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Self::Single(single) => single.conn.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(single) => single.conn.get_db(),
-            Self::Cluster(conn) => conn.get_db(),
-        }
-    }
-}
-
-impl Single {
-    fn here(&self) -> Self {
         let Some(origin) = self.origin.as_ref().filter(|_| OWNS.get()) else {
             return self.clone();
         };
@@ -343,10 +276,7 @@ impl Single {
             }
         });
         match open {
-            Ok(conn) => Self {
-                conn,
-                origin: self.origin.clone(),
-            },
+            Ok(conn) => conn,
             Err(opening) => {
                 if let Some(failures) = opening {
                     runtime.spawn(open_own(origin.clone(), rt, failures));
@@ -355,20 +285,83 @@ impl Single {
             }
         }
     }
+
+    /// `WAIT replicas timeout` on the node holding `key`'s slot (on one node: this
+    /// connection, which made the write): how many replicas acknowledged every write this
+    /// connection sent that node so far.
+    pub(super) async fn wait_replicas(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> RedisResult<u64> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(timeout.as_millis() as u64);
+        match &mut self.link {
+            Link::Single(conn) => cmd.query_async(conn).await,
+            Link::Cluster(conn) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let reply = conn.route_command(cmd, routing).await?;
+                redis::from_redis_value(reply).map_err(Into::into)
+            }
+        }
+    }
+
+    /// Subscribes to a session's live channel: a shard channel on a cluster.
+    pub(super) async fn watch(&mut self, channel: &str) -> RedisResult<()> {
+        match &mut self.link {
+            Link::Single(conn) => conn.subscribe(channel).await,
+            Link::Cluster(conn) => conn.ssubscribe(channel).await,
+        }
+    }
+
+    pub(super) async fn unwatch(&mut self, channel: &str) -> RedisResult<()> {
+        match &mut self.link {
+            Link::Single(conn) => conn.unsubscribe(channel).await,
+            Link::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match &mut self.link {
+            Link::Single(conn) => conn.req_packed_command(cmd),
+            Link::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match &mut self.link {
+            Link::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.link {
+            Link::Single(conn) => conn.get_db(),
+            Link::Cluster(conn) => conn.get_db(),
+        }
+    }
 }
 
 /// Opens this thread's own connection for `origin` and keeps it in the thread's slot; meanwhile
 /// (and after a failure, until the retry) the shared connection serves. A first failure is
 /// logged, and so is the recovery after one.
 async fn open_own(origin: Arc<Origin>, runtime: tokio::runtime::Id, failures: u32) {
-    let opened =
-        ConnectionManager::new_with_config(origin.client.clone(), origin.config.clone()).await;
-    let state = match opened {
-        Ok(conn) => {
+    let state = match origin.target.link().await {
+        Ok(link) => {
             if failures > 0 {
                 tracing::info!(failures, "a worker opened its own Redis connection");
             }
-            Own::Ready(conn)
+            Own::Ready(Conn::from(link))
         }
         Err(e) => {
             if failures == 0 {
