@@ -54,7 +54,7 @@ impl Pressure {
 
     /// Whether Redis is at its `maxmemory` (by `INFO memory`) or refused a write moments ago.
     pub(super) async fn full(&self, conn: &Conn) -> StoreResult<bool> {
-        let mut conn = conn.clone();
+        let mut conn = conn.here();
         // A cluster asks every primary, and answers a map of node → reply.
         let info: Result<Value, _> = redis::cmd("INFO")
             .arg("memory")

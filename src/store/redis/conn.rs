@@ -5,9 +5,12 @@
 //! each command (and each script invocation) by its first key, so everything else is the same
 //! code on both.
 //!
-//! Commands from an HTTP worker thread go on that thread's own connection (to the node, or a
-//! cluster client of its own) once it is open (see [`Conn::here`]), so a request and its Redis round trips stay on one thread; the
-//! shared connection serves background work, and a worker until its own is open.
+//! Commands from an HTTP worker thread (its requests and the tasks they start) go on that
+//! thread's own connection (to the node, or a cluster client of its own) once it is open (see
+//! [`Conn::here`]), so a request and its Redis round trips stay on one thread. The shared
+//! connection serves the main runtime's work (turns, sweeps, webhooks), and a worker until its
+//! own is open. (A dropped single-node connection reconnects on the runtime of the caller that
+//! notices: a worker that used the shared one meanwhile may end up running its driver.)
 //!
 //! Live messages differ: a cluster broadcasts a plain `PUBLISH` to every node, so there the
 //! session's channel is a shard channel (`SPUBLISH` / `SSUBSCRIBE`, served by the node holding
@@ -220,8 +223,8 @@ thread_local! {
 /// Lets the calling thread open a connection of its own (to the node, or a cluster client)
 /// for each store it sends commands through: only for a thread whose single-threaded runtime lives as long as the thread (an HTTP
 /// worker). A multiplexed connection's driver then runs beside the requests it serves: the
-/// shared connection's runs on the main runtime, and each round trip through it costs two
-/// wake-ups across threads (measured: about one eventfd write per request).
+/// shared connection's runs on the main runtime, and each round trip through it from a worker
+/// costs two wake-ups across threads (measured: about one eventfd write per request).
 pub fn own_connections() {
     OWNS.set(true);
 }
@@ -256,8 +259,9 @@ impl Conn {
         let (id, rt) = (origin.id, runtime.id());
         let open = OWN.with_borrow_mut(|slots| {
             let Some(slot) = slots.iter_mut().find(|s| s.id == id && s.runtime == rt) else {
-                // Connections of stores that are gone close with their slots.
-                slots.retain(|s| s.origin.strong_count() > 0);
+                // Connections of stores that are gone, or opened on another runtime of this
+                // thread, close with their slots.
+                slots.retain(|s| s.origin.strong_count() > 0 && s.runtime == rt);
                 slots.push(Slot {
                     origin: Arc::downgrade(origin),
                     id,
