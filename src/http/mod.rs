@@ -252,15 +252,19 @@ pub fn openapi_json() -> String {
 /// Mounts the API, `/openapi.json`, Swagger UI at `/docs`, and problem+json for everything else.
 pub fn configure(app_state: web::Data<AppState>) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
-        let spec = openapi();
         methods::prepare();
+        std::sync::LazyLock::force(&SERVED_SPEC);
         cfg.app_data(app_state)
             .app_data(error::json_config())
             .app_data(error::payload_config())
             .app_data(error::query_config())
             .configure(|c| routes(&mut ServiceConfig::new(c)))
             .configure(client::configure)
-            .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", spec))
+            .route("/openapi.json", web::get().to(served_spec))
+            .service(
+                utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}")
+                    .config(utoipa_swagger_ui::Config::from("/openapi.json")),
+            )
             .route(
                 "/docs",
                 web::get().to(|| async {
@@ -271,6 +275,17 @@ pub fn configure(app_state: web::Data<AppState>) -> impl FnOnce(&mut web::Servic
             )
             .default_service(web::to(not_found));
     }
+}
+
+/// The spec `/openapi.json` serves, serialized once per process and shared by every worker
+/// (each worker held its own as a document tree of ~7 MB).
+static SERVED_SPEC: std::sync::LazyLock<web::Bytes> =
+    std::sync::LazyLock::new(|| openapi().to_json().unwrap_or_default().into());
+
+async fn served_spec() -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok()
+        .content_type("application/json")
+        .body(SERVED_SPEC.clone())
 }
 
 /// 405 with `Allow` for a known path asked with another method, else 404.
