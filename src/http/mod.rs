@@ -279,8 +279,12 @@ pub fn configure(app_state: web::Data<AppState>) -> impl FnOnce(&mut web::Servic
 
 /// The spec `/openapi.json` serves, serialized once per process and shared by every worker
 /// (each worker held its own as a document tree of ~7 MB).
-static SERVED_SPEC: std::sync::LazyLock<web::Bytes> =
-    std::sync::LazyLock::new(|| openapi().to_json().unwrap_or_default().into());
+static SERVED_SPEC: std::sync::LazyLock<web::Bytes> = std::sync::LazyLock::new(|| {
+    let json = openapi()
+        .to_json()
+        .expect("the OpenAPI document serializes");
+    json.into()
+});
 
 async fn served_spec() -> actix_web::HttpResponse {
     actix_web::HttpResponse::Ok()

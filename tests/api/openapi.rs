@@ -13,7 +13,26 @@ fn the_committed_openapi_spec_matches_the_code() {
 #[tokio::test]
 async fn the_served_spec_documents_every_route_with_problem_responses() {
     let app = crate::helpers::spawn_replica(None, "a").await;
-    let spec = app.get("/openapi.json").await.ok();
+    let reply = app.get("/openapi.json").await;
+    assert_eq!(reply.content_type, "application/json");
+    let spec = reply.ok();
+    let committed: serde_json::Value =
+        serde_json::from_str(&dsh_plan::http::openapi_json()).unwrap();
+    assert_eq!(
+        spec, committed,
+        "the server serves the spec the code documents"
+    );
+    // Swagger UI at /docs reads the same document.
+    let init = app
+        .client
+        .get(app.url("/docs/swagger-initializer.js"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(init.contains("\"/openapi.json\""), "{init}");
     let paths = spec["paths"].as_object().unwrap();
     for route in [
         "/v1/status",
