@@ -420,21 +420,19 @@ impl TestApp {
     /// The value of the `/metrics` sample named `sample` (with its labels, e.g.
     /// `dsh_live_messages_total{for="watched"}`).
     pub async fn metric(&self, sample: &str) -> u64 {
-        let text = self
-            .client
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = self.text("/metrics").await;
         let prefix = format!("{sample} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&prefix))
             .unwrap_or_else(|| panic!("no {sample} in {text}"))
             .parse()
             .unwrap()
+    }
+
+    /// The body of a GET of `path` as text (for what is not JSON).
+    pub async fn text(&self, path: &str) -> String {
+        let reply = self.client.get(self.url(path)).send().await.unwrap();
+        reply.text().await.unwrap()
     }
 
     pub async fn get(&self, path: &str) -> Reply {

@@ -23,15 +23,7 @@ async fn the_served_spec_documents_every_route_with_problem_responses() {
         "the server serves the spec the code documents"
     );
     // Swagger UI at /docs reads the same document.
-    let init = app
-        .client
-        .get(app.url("/docs/swagger-initializer.js"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let init = app.text("/docs/swagger-initializer.js").await;
     assert!(init.contains("\"/openapi.json\""), "{init}");
     let paths = spec["paths"].as_object().unwrap();
     for route in [

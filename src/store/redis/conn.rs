@@ -18,7 +18,6 @@
 //! `ConnectionManager` cannot `SSUBSCRIBE` (nor resubscribe a shard channel after a reconnect).
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -69,11 +68,9 @@ impl Target {
     /// The connection commands are sent on: shared, and the origin of each worker's own
     /// ([`Conn::here`]).
     pub(super) async fn connect(&self) -> RedisResult<Conn> {
-        static IDS: AtomicU64 = AtomicU64::new(0);
         Ok(Conn {
             link: self.link().await?,
             origin: Some(Arc::new(Origin {
-                id: IDS.fetch_add(1, Ordering::Relaxed),
                 target: self.clone(),
             })),
         })
@@ -187,14 +184,13 @@ impl From<Link> for Conn {
 }
 
 struct Origin {
-    id: u64,
     target: Target,
 }
 
-/// A thread's own connection, opened from a store's [`Origin`] on the thread's runtime.
+/// A thread's own connection, opened from a store's [`Origin`] on the thread's runtime (the
+/// slot's weak reference keeps the origin's address from being reused while it exists).
 struct Slot {
     origin: Weak<Origin>,
-    id: u64,
     runtime: tokio::runtime::Id,
     state: Own,
 }
@@ -221,8 +217,8 @@ thread_local! {
 }
 
 /// Lets the calling thread open a connection of its own (to the node, or a cluster client)
-/// for each store it sends commands through: only for a thread whose single-threaded runtime lives as long as the thread (an HTTP
-/// worker). A multiplexed connection's driver then runs beside the requests it serves: the
+/// for each store it sends commands through: only for a thread whose single-threaded runtime
+/// lives as long as the thread (an HTTP worker). A multiplexed connection's driver then runs beside the requests it serves: the
 /// shared connection's runs on the main runtime, and each round trip through it from a worker
 /// costs two wake-ups across threads (measured: about one eventfd write per request).
 pub fn own_connections() {
@@ -256,15 +252,14 @@ impl Conn {
         if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
             return self.clone();
         }
-        let (id, rt) = (origin.id, runtime.id());
+        let rt = runtime.id();
         let open = OWN.with_borrow_mut(|slots| {
-            let Some(slot) = slots.iter_mut().find(|s| s.id == id && s.runtime == rt) else {
+            let Some(slot) = slots.iter_mut().find(|s| s.holds(origin, rt)) else {
                 // Connections of stores that are gone, or opened on another runtime of this
                 // thread, close with their slots.
                 slots.retain(|s| s.origin.strong_count() > 0 && s.runtime == rt);
                 slots.push(Slot {
                     origin: Arc::downgrade(origin),
-                    id,
                     runtime: rt,
                     state: Own::Opening,
                 });
@@ -379,13 +374,16 @@ async fn open_own(origin: Arc<Origin>, runtime: tokio::runtime::Id, failures: u3
         }
     };
     OWN.with_borrow_mut(|slots| {
-        if let Some(slot) = slots
-            .iter_mut()
-            .find(|s| s.id == origin.id && s.runtime == runtime)
-        {
+        if let Some(slot) = slots.iter_mut().find(|s| s.holds(&origin, runtime)) {
             slot.state = state;
         }
     });
+}
+
+impl Slot {
+    fn holds(&self, origin: &Arc<Origin>, runtime: tokio::runtime::Id) -> bool {
+        self.runtime == runtime && std::ptr::eq(self.origin.as_ptr(), Arc::as_ptr(origin))
+    }
 }
 
 #[cfg(test)]
