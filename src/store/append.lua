@@ -6,7 +6,8 @@
 -- ARGV[1]  the seq the caller's decision was based on (0: the session must not exist yet)
 -- ARGV[2]  schema version
 -- ARGV[3]  the session's live channel to publish committed events on ('' for none)
--- ARGV[4]  the session id (named in the published message)
+-- ARGV[4]  the published message up to its commit time, as the caller encoded it
+--          (`{"sid":…,"first":…,"ms":"`): the script only adds the time and ARGV[9]
 -- ARGV[5]  the commit time (ms) of the entry at the expected seq, as the caller folded it
 --          ('0': not checked)
 -- ARGV[6]  the session's retention (ms): a commit sets every key of the session to expire
@@ -16,7 +17,8 @@
 --          nothing is appended or checked, and the reply is {2, last_seq, 'first last'} (the
 --          seqs it committed then). Otherwise a commit of events sets it to 'first last'.
 -- ARGV[8]  the marker's name ('' when ARGV[7] is '0')
--- ARGV[9..] per event: type, agent, data
+-- ARGV[9]  the rest of the published message (`","events":[[type, agent, data], …]}`)
+-- ARGV[10..] per event: type, agent, data
 -- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
 -- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
 -- entry as it was folded (Redis lost data and the log grew back): `entries` starts with the
@@ -48,7 +50,8 @@ local function ts_of(entry)
     if fields[i] == 'ts' then return fields[i + 1] end
   end
 end
-local replaced = seq == expected and expected > 0 and ARGV[5] ~= '0' and ts_of(last[1]) ~= ARGV[5]
+local prev_ts = #last > 0 and ts_of(last[1]) or nil
+local replaced = seq == expected and expected > 0 and ARGV[5] ~= '0' and prev_ts ~= ARGV[5]
 if seq ~= expected or replaced then
   local entries = {}
   if seq >= expected and expected > 0 then
@@ -59,26 +62,23 @@ if seq ~= expected or replaced then
   return {0, seq, entries}
 end
 local ms = string.format('%d', now)
-local published = {}
-for i = 9, #ARGV, 3 do
+local wrote = false
+for i = 10, #ARGV, 3 do
   seq = seq + 1
   redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
-  published[#published + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
+  wrote = true
 end
 -- Reads never extend a session's life; every write does, for all of its keys: each is set to
 -- expire the retention after the write, give or take a second (a hundredth of a retention
--- under 100 s), so a session written many times a second pays one PTTL, not one PEXPIRE per
--- key.
-if #published > 0 then
+-- under 100 s). A session written many times a second refreshes its keys with the first write
+-- of each such window (its last entry was committed in an earlier one), not once per write;
+-- a write that sets a marker always does (the marker may have made its keys just now).
+if wrote then
   local keep = tonumber(ARGV[6])
-  local left = redis.call('PTTL', KEYS[1])
-  local fresh
-  if keep == 0 then
-    fresh = left == -1
-  else
-    fresh = left > keep - math.min(1000, math.floor(keep / 100))
-  end
+  local window = keep == 0 and 1000 or math.max(1, math.min(1000, math.floor(keep / 100)))
+  local prev = tonumber(prev_ts or '-1')
+  local fresh = expected > 0 and prev >= 0 and math.floor(prev / window) == math.floor(now / window)
   if marker then
     -- A few expired markers go with each new one, so the hash holds about the live ones.
     local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 8)
@@ -89,7 +89,6 @@ if #published > 0 then
     redis.call('HSET', KEYS[2], marker, string.format('%d %d', expected + 1, seq))
     redis.call('ZADD', KEYS[3], now + tonumber(ARGV[7]), marker)
   end
-  -- A marker may have made its hash just now: it takes the ttl too.
   for i = 1, (fresh and not marker) and 0 or #KEYS do
     if keep == 0 then
       redis.call('PERSIST', KEYS[i])
@@ -100,7 +99,7 @@ if #published > 0 then
 end
 -- Every replica subscribed to the session learns of the commit in the same round trip, in
 -- commit order; a subscriber that sees a gap reads it from the stream.
-if ARGV[3] ~= '' and #published > 0 then
-  redis.call('PUBLISH', ARGV[3], cjson.encode({sid = ARGV[4], first = expected + 1, ms = ms, events = published}))
+if ARGV[3] ~= '' and wrote then
+  redis.call('PUBLISH', ARGV[3], ARGV[4] .. ms .. ARGV[9])
 end
 return {1, seq, ms}

@@ -132,6 +132,31 @@ pub(super) fn unavailable(e: redis::RedisError) -> super::StoreError {
     }
 }
 
+/// `EVALSHA` of `script` with `keys` keys, the keys and arguments to be added: one command
+/// written into one buffer (the crate's script invocation copies each argument twice), run by
+/// [`eval`].
+pub(super) fn evalsha(script: &Script, keys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Runs a command made by [`evalsha`], loading its script first if Redis does not hold it
+/// (a restarted or new node).
+pub(super) async fn eval(
+    conn: &mut Conn,
+    script: &Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<Value> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        reply => reply,
+    }
+}
+
 /// The key of a session's stream under `prefix`.
 fn log_key(prefix: &str, sid: &SessionId) -> String {
     format!("{prefix}:{{{sid}}}:log")

@@ -2,7 +2,8 @@
 //!
 //! Three kinds share a channel, told apart by their first byte:
 //! - a committed batch, JSON published by `append.lua` in the append's own round trip
-//!   (`{"sid":…,"first":…,"ms":…,"events":[[type, agent, data], …]}`);
+//!   (`{"sid":…,"first":…,"ms":…,"events":[[type, agent, data], …]}`): the appending replica
+//!   encodes it around the commit time ([`encode_committed`]), the script puts the time in;
 //! - an ephemeral message: one header line `E <sid> <agent> <kind> <turn> <step> <attempt>`
 //!   (`- 0 0` when it belongs to no step), a newline, then the body bytes. Routing needs the
 //!   header alone, so a body (an assistant delta's JSON) is never parsed on the way;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use super::{Ephemeral, LiveMessage, StepRef, StoreError, StoreResult};
 use crate::domain::event::SCHEMA_VERSION;
-use crate::domain::{AgentId, EventId, EventKind, Recorded, SessionId};
+use crate::domain::{AgentId, EventId, EventKind, NewEvent, Recorded, SessionId};
 
 /// Stands for "no step" in an ephemeral header; never a turn id (`turn-<hex>`).
 const NO_TURN: &str = "-";
@@ -41,6 +42,35 @@ pub(super) fn encode_ephemeral(msg: &Ephemeral) -> StoreResult<String> {
     ));
     out.push_str(&msg.body);
     Ok(out)
+}
+
+/// A committed batch's message as two parts, before and after its commit time (which only the
+/// store knows): `events` with `data`, their encoded payloads, committed from seq `first`.
+pub(super) fn encode_committed(
+    sid: &SessionId,
+    first: u64,
+    events: &[NewEvent],
+    data: &[String],
+) -> StoreResult<(String, String)> {
+    let json =
+        |s: &str| serde_json::to_string(s).map_err(|e| StoreError::Unencodable(e.to_string()));
+    let head = format!(r#"{{"sid":{},"first":{first},"ms":""#, json(sid.as_str())?);
+    let mut tail = String::with_capacity(data.iter().map(|d| d.len() + 48).sum::<usize>() + 16);
+    tail.push_str(r#"","events":["#);
+    for (i, (e, data)) in events.iter().zip(data).enumerate() {
+        if i > 0 {
+            tail.push(',');
+        }
+        tail.push('[');
+        tail.push_str(&json(e.kind.type_name())?);
+        tail.push(',');
+        tail.push_str(&json(e.agent.as_str())?);
+        tail.push(',');
+        tail.push_str(&json(data)?);
+        tail.push(']');
+    }
+    tail.push_str("]}");
+    Ok((head, tail))
 }
 
 /// Decodes a channel payload; `None` for one this version does not understand.
@@ -221,5 +251,42 @@ mod tests {
         let ids: Vec<u64> = events.iter().map(Recorded::seq).collect();
         assert_eq!(ids, vec![4, 5]);
         assert_eq!(events[0].committed_at, 1_700_000_000_000);
+    }
+
+    #[test]
+    fn a_batch_encoded_around_its_commit_time_decodes_to_the_same_events() {
+        // The appending replica encodes the message, the script only puts the time in: any
+        // payload (quotes, newlines, non-ASCII) must come back byte for byte.
+        let agent = AgentId::parse("main").unwrap();
+        let events: Vec<NewEvent> = [
+            r#"{"text":"say \"hi\"\n✓ </script>"}"#,
+            r#"{"active":true}"#,
+        ]
+        .iter()
+        .zip(["user/message", "plan/mode"])
+        .map(|(data, ty)| {
+            NewEvent::new(&agent, EventKind::from_parts(ty, data.as_bytes()).unwrap())
+        })
+        .collect();
+        let data = crate::store::encode(&events).unwrap();
+        let sid = SessionId::parse("s1").unwrap();
+        let (head, tail) = encode_committed(&sid, 7, &events, &data).unwrap();
+        let payload = format!("{head}1700000000123{tail}");
+        let Some(LiveMessage::Events {
+            sid: got,
+            events: decoded,
+        }) = decode(payload.as_bytes())
+        else {
+            panic!("not a batch: {payload}");
+        };
+        assert_eq!(got, sid);
+        let seqs: Vec<u64> = decoded.iter().map(Recorded::seq).collect();
+        assert_eq!(seqs, vec![7, 8]);
+        for (d, e) in decoded.iter().zip(&events) {
+            assert_eq!(
+                (&d.kind, &d.agent, d.committed_at),
+                (&e.kind, &e.agent, 1_700_000_000_123)
+            );
+        }
     }
 }

@@ -135,6 +135,30 @@ async fn every_write_sets_the_session_key_ttl_to_its_retention_and_reads_do_not(
     );
 }
 
+/// TTLs are refreshed by the first write of each second, not by every write: a session written
+/// many times a second for longer than a second still expires no earlier than its retention
+/// less a second after any write.
+#[tokio::test]
+async fn a_session_written_many_times_a_second_keeps_its_ttl_within_a_second_of_its_retention() {
+    let redis = TestRedis::start().await;
+    let app = app_keeping(Some(&redis), Duration::from_secs(60)).await;
+    let sid = app.create_session().await;
+    let started = Instant::now();
+    let mut writes = 0;
+    while started.elapsed() < Duration::from_millis(2500) {
+        app.set_plan(&sid, "main", writes % 2 == 0).await.ok();
+        writes += 1;
+        let ttl = pttl(&redis, &sid).await;
+        // A second of slack for the refresh window, and a little for the round trips.
+        assert!(
+            ttl > 60_000 - 1_200,
+            "after {writes} writes in {:?} the TTL is {ttl}",
+            started.elapsed()
+        );
+    }
+    assert!(writes > 20, "only {writes} writes");
+}
+
 #[tokio::test]
 async fn a_retention_of_zero_keeps_sessions_until_deleted() {
     let redis = TestRedis::start().await;

@@ -7,9 +7,10 @@ use redis::Value;
 
 use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
 use super::super::requests::mark_keep_ms;
+use super::super::wire::encode_committed;
 use super::super::StoreError;
 use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
-use super::{Conn, RedisLog, WAIT_TIMEOUT};
+use super::{eval, evalsha, Conn, RedisLog, WAIT_TIMEOUT};
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, SessionId};
 
@@ -34,24 +35,24 @@ impl RedisLog {
             return Ok(Append::Committed(Vec::new()));
         }
         let data = encode(events)?;
-        let mut conn = self.conn.here();
-        let mut inv = self.append.prepare_invoke();
-        for key in self.session_keys(sid) {
-            inv.key(key);
-        }
-        inv.arg(expected.seq)
+        let (head, tail) = encode_committed(sid, expected.seq + 1, events, &data)?;
+        let keys = self.session_keys(sid);
+        let mut cmd = evalsha(&self.append, keys.len());
+        cmd.arg(keys)
+            .arg(expected.seq)
             .arg(SCHEMA_VERSION)
             .arg(self.live_channel(sid))
-            .arg(sid.as_str())
+            .arg(head)
             .arg(expected.ts)
             .arg(ttl_ms)
             .arg(mark.map_or(0, |_| mark_keep_ms(ttl_ms)))
-            .arg(mark.map(Mark::field).unwrap_or_default());
+            .arg(mark.map(Mark::field).unwrap_or_default())
+            .arg(tail);
         for (e, data) in events.iter().zip(data) {
-            inv.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
+            cmd.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
         }
-        let reply: Value = inv
-            .invoke_async(&mut conn)
+        let mut conn = self.conn.here();
+        let reply = eval(&mut conn, &self.append, &cmd)
             .await
             .map_err(|e| self.failed(e))?;
         let Value::Array(parts) = &reply else {
