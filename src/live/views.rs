@@ -24,15 +24,10 @@ impl PlanViews {
             .iter()
             .map(|(id, a)| (id.clone(), a.plan.view()))
             .collect();
-        let projection = PlanProjection {
-            agents: state
-                .agents
-                .iter()
-                .map(|(id, a)| (id.to_string(), a.plan))
-                .collect(),
-        };
+        // The session's own projection unit (always equal to its agents' plans): a shared
+        // persistent map, so an idle stream holds no copy of it until an event moves it.
         let views = Self {
-            projection,
+            projection: state.plans.clone(),
             head: state.seq,
         };
         (views, initial)
