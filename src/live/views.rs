@@ -24,8 +24,9 @@ impl PlanViews {
             .iter()
             .map(|(id, a)| (id.clone(), a.plan.view()))
             .collect();
-        // The session's own projection unit (always equal to its agents' plans): a shared
-        // persistent map, so an idle stream holds no copy of it until an event moves it.
+        // The session's own projection unit (its views always equal its agents' plan views):
+        // a shared persistent map, so an idle stream holds no copy of it until an event moves
+        // it.
         let views = Self {
             projection: state.plans.clone(),
             head: state.seq,

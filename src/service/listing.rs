@@ -45,8 +45,8 @@ pub struct SessionSummary {
     #[schema(value_type = String, example = "7-0")]
     pub last_event_id: EventId,
     /// When it expires unless written again: its retention after its last write (on Redis,
-    /// up to a second earlier: a session's TTLs are refreshed once they ran down by a
-    /// second). Absent for a session kept until deleted.
+    /// up to a second earlier: a session written many times a second has its TTLs refreshed
+    /// by the first write of each second). Absent for a session kept until deleted.
     #[serde(
         skip_serializing_if = "Option::is_none",
         with = "crate::domain::event::rfc3339_ms_opt"

@@ -17,7 +17,9 @@
 --          nothing is appended or checked, and the reply is {2, last_seq, 'first last'} (the
 --          seqs it committed then). Otherwise a commit of events sets it to 'first last'.
 -- ARGV[8]  the marker's name ('' when ARGV[7] is '0')
--- ARGV[9]  the rest of the published message (`","events":[[type, agent, data], …]}`)
+-- ARGV[9]  the rest of the published message (`","events":[[type, agent, data], …]}`), or ''
+--          for the script to encode the events itself (a large batch: its payloads are then
+--          sent once, not twice)
 -- ARGV[10..] per event: type, agent, data
 -- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
 -- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
@@ -70,10 +72,11 @@ for i = 10, #ARGV, 3 do
   wrote = true
 end
 -- Reads never extend a session's life; every write does, for all of its keys: each is set to
--- expire the retention after the write, give or take a second (a hundredth of a retention
--- under 100 s). A session written many times a second refreshes its keys with the first write
--- of each such window (its last entry was committed in an earlier one), not once per write;
--- a write that sets a marker always does (the marker may have made its keys just now).
+-- expire the retention after the write, give or take a window of a second (a hundredth of a
+-- retention under 100 s). A session written many times a second refreshes its keys with the
+-- first write of each window (its last entry was committed in an earlier one), not once per
+-- write; a write that sets a marker always does (the marker may have made its keys just now).
+-- (Keys whose TTL something else removed get it back with the first write of the next window.)
 if wrote then
   local keep = tonumber(ARGV[6])
   local window = keep == 0 and 1000 or math.max(1, math.min(1000, math.floor(keep / 100)))
@@ -100,6 +103,14 @@ end
 -- Every replica subscribed to the session learns of the commit in the same round trip, in
 -- commit order; a subscriber that sees a gap reads it from the stream.
 if ARGV[3] ~= '' and wrote then
-  redis.call('PUBLISH', ARGV[3], ARGV[4] .. ms .. ARGV[9])
+  local rest = ARGV[9]
+  if rest == '' then
+    local events = {}
+    for i = 10, #ARGV, 3 do
+      events[#events + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
+    end
+    rest = '","events":' .. cjson.encode(events) .. '}'
+  end
+  redis.call('PUBLISH', ARGV[3], ARGV[4] .. ms .. rest)
 end
 return {1, seq, ms}

@@ -44,8 +44,14 @@ pub(super) fn encode_ephemeral(msg: &Ephemeral) -> StoreResult<String> {
     Ok(out)
 }
 
+/// Batches whose payloads add up to more than this are put into their message by the script
+/// (`cjson`), so their payloads go to Redis once; smaller ones, the usual case, are encoded
+/// here, which costs Redis less than building Lua tables for `cjson`.
+const PREENCODED_MAX: usize = 4096;
+
 /// A committed batch's message as two parts, before and after its commit time (which only the
-/// store knows): `events` with `data`, their encoded payloads, committed from seq `first`.
+/// store knows): `events` with `data`, their encoded payloads, committed from seq `first`. The
+/// second part is empty for a batch over [`PREENCODED_MAX`]: the script encodes its events.
 pub(super) fn encode_committed(
     sid: &SessionId,
     first: u64,
@@ -55,6 +61,9 @@ pub(super) fn encode_committed(
     let json =
         |s: &str| serde_json::to_string(s).map_err(|e| StoreError::Unencodable(e.to_string()));
     let head = format!(r#"{{"sid":{},"first":{first},"ms":""#, json(sid.as_str())?);
+    if data.iter().map(String::len).sum::<usize>() > PREENCODED_MAX {
+        return Ok((head, String::new()));
+    }
     let mut tail = String::with_capacity(data.iter().map(|d| d.len() + 48).sum::<usize>() + 16);
     tail.push_str(r#"","events":["#);
     for (i, (e, data)) in events.iter().zip(data).enumerate() {
@@ -288,5 +297,30 @@ mod tests {
                 (&e.kind, &e.agent, 1_700_000_000_123)
             );
         }
+    }
+
+    #[test]
+    fn a_large_batch_leaves_its_events_to_the_script() {
+        let agent = AgentId::parse("main").unwrap();
+        let text = "x".repeat(PREENCODED_MAX);
+        let data = format!(r#"{{"text":"{text}"}}"#);
+        let events = vec![NewEvent::new(
+            &agent,
+            EventKind::from_parts("user/message", data.as_bytes()).unwrap(),
+        )];
+        let data = crate::store::encode(&events).unwrap();
+        let sid = SessionId::parse("s1").unwrap();
+        let (head, tail) = encode_committed(&sid, 3, &events, &data).unwrap();
+        assert!(tail.is_empty());
+        // What the script appends then: `","events":` and cjson's array of the events.
+        let events_json = serde_json::to_string(&[("user/message", "main", &data[0])]).unwrap();
+        let payload = format!(r#"{head}5","events":{events_json}}}"#);
+        let Some(LiveMessage::Events {
+            events: decoded, ..
+        }) = decode(payload.as_bytes())
+        else {
+            panic!("not a batch");
+        };
+        assert_eq!(decoded[0].kind, events[0].kind);
     }
 }

@@ -75,3 +75,62 @@ async fn a_replica_hears_only_the_sessions_it_has_subscribers_for() {
     );
     assert!(mine <= 2, "only what came after it subscribed: {mine}");
 }
+
+/// A commit is published on its session's channel in the append's round trip: a small batch as
+/// the writing replica encoded it around the commit time, a large one (over 4 KB of payloads)
+/// encoded by the script, so its payloads go to Redis once. Either way the message carries
+/// every event of the commit byte for byte, from its first seq.
+#[tokio::test]
+async fn small_and_large_commits_are_published_whole_on_the_sessions_channel() {
+    // A plain channel on a node of the test's own (a cluster's is a shard channel).
+    let redis = TestRedis::start_private().await;
+    let app = spawn_replica(Some(&redis), "a").await;
+    let sid = app.create_session().await;
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub
+        .subscribe(format!("{}:{{{sid}}}:live", redis.prefix))
+        .await
+        .unwrap();
+    let mut messages = pubsub.into_on_message();
+    let mut next = async || {
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(5), messages.next())
+            .await
+            .expect("a published message within 5 s")
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(msg.get_payload_bytes()).unwrap()
+    };
+    app.set_plan(&sid, "main", true).await.ok();
+    let small = next().await;
+    let text = "a \"quoted\" line\\ with ✓ and </script>\n".repeat(150);
+    assert!(text.len() > 4096);
+    app.prompt(&sid, "main", &text).await.ok();
+    let large = next().await;
+    let log = app.events(&sid).await;
+    for (msg, kind) in [(&small, "plan/mode"), (&large, "user/message")] {
+        assert_eq!(msg["sid"], sid.as_str(), "{msg}");
+        let first = msg["first"].as_u64().unwrap();
+        let published = msg["events"].as_array().unwrap();
+        let (i, event) = published
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e[0] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {msg}"));
+        let seq = first + i as u64;
+        let recorded = log
+            .iter()
+            .find(|e| e["id"] == format!("{seq}-0"))
+            .unwrap_or_else(|| panic!("no event {seq} in the log"));
+        assert_eq!(recorded["type"], kind);
+        assert_eq!(event[1], recorded["agent"]);
+        let data: serde_json::Value = serde_json::from_str(event[2].as_str().unwrap()).unwrap();
+        assert_eq!(
+            data, recorded["data"],
+            "the published {kind} differs from the log"
+        );
+    }
+    let carries_text = large["events"].as_array().unwrap().iter().any(|e| {
+        serde_json::from_str::<serde_json::Value>(e[2].as_str().unwrap()).unwrap()["text"] == text
+    });
+    assert!(carries_text, "the large message lost the prompt's text");
+}

@@ -135,9 +135,10 @@ async fn every_write_sets_the_session_key_ttl_to_its_retention_and_reads_do_not(
     );
 }
 
-/// TTLs are refreshed by the first write of each second, not by every write: a session written
-/// many times a second for longer than a second still expires no earlier than its retention
-/// less a second after any write.
+/// TTLs are refreshed by the first write of each window (a second; a hundredth of a retention
+/// under 100 s: 600 ms here), not by every write: a session written many times a second for
+/// longer than a second still expires no earlier than its retention less a window after any
+/// write.
 #[tokio::test]
 async fn a_session_written_many_times_a_second_keeps_its_ttl_within_a_second_of_its_retention() {
     let redis = TestRedis::start().await;
@@ -220,9 +221,9 @@ async fn a_session_whose_log_alone_was_evicted_stays_gone_after_a_write() {
 
 #[tokio::test]
 async fn a_keyed_write_right_after_another_gives_its_markers_the_sessions_ttl() {
-    // TTLs are refreshed once they ran down by a second (a hundredth of a short retention):
-    // a keyed write whose session was written just before still gives the markers it creates
-    // the session's TTL, so they never outlive it.
+    // TTLs are refreshed by the first write of each second (of each hundredth of a short
+    // retention): a keyed write whose session was written just before still gives the
+    // markers it creates the session's TTL, so they never outlive it.
     let redis = TestRedis::start().await;
     let app = app_keeping(Some(&redis), Duration::from_secs(600)).await;
     let sid = app.create_session().await;

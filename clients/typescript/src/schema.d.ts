@@ -2248,8 +2248,8 @@ export interface components {
             created_at: string;
             /**
              * @description When it expires unless written again: its retention after its last write (on Redis,
-             *     up to a second earlier: a session's TTLs are refreshed once they ran down by a
-             *     second). Absent for a session kept until deleted.
+             *     up to a second earlier: a session written many times a second has its TTLs refreshed
+             *     by the first write of each second). Absent for a session kept until deleted.
              * @example 2027-01-01T10:23:53.123Z
              */
             expires_at?: string | null;
