@@ -64,12 +64,11 @@ if seq ~= expected or replaced then
   return {0, seq, entries}
 end
 local ms = string.format('%d', now)
-local wrote = false
+local wrote = #ARGV >= 10
 for i = 10, #ARGV, 3 do
   seq = seq + 1
   redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
-  wrote = true
 end
 -- Reads never extend a session's life; every write does, for all of its keys: each is set to
 -- expire the retention after the write, give or take a window of a second (a hundredth of a

@@ -58,27 +58,19 @@ pub(super) fn encode_committed(
     events: &[NewEvent],
     data: &[String],
 ) -> StoreResult<(String, String)> {
-    let json =
-        |s: &str| serde_json::to_string(s).map_err(|e| StoreError::Unencodable(e.to_string()));
-    let head = format!(r#"{{"sid":{},"first":{first},"ms":""#, json(sid.as_str())?);
+    let unencodable = |e: serde_json::Error| StoreError::Unencodable(e.to_string());
+    let sid = serde_json::to_string(sid.as_str()).map_err(unencodable)?;
+    let head = format!(r#"{{"sid":{sid},"first":{first},"ms":""#);
     if data.iter().map(String::len).sum::<usize>() > PREENCODED_MAX {
         return Ok((head, String::new()));
     }
-    let mut tail = String::with_capacity(data.iter().map(|d| d.len() + 48).sum::<usize>() + 16);
-    tail.push_str(r#"","events":["#);
-    for (i, (e, data)) in events.iter().zip(data).enumerate() {
-        if i > 0 {
-            tail.push(',');
-        }
-        tail.push('[');
-        tail.push_str(&json(e.kind.type_name())?);
-        tail.push(',');
-        tail.push_str(&json(e.agent.as_str())?);
-        tail.push(',');
-        tail.push_str(&json(data)?);
-        tail.push(']');
-    }
-    tail.push_str("]}");
+    let triples: Vec<(&str, &str, &str)> = events
+        .iter()
+        .zip(data)
+        .map(|(e, d)| (e.kind.type_name(), e.agent.as_str(), d.as_str()))
+        .collect();
+    let events = serde_json::to_string(&triples).map_err(unencodable)?;
+    let tail = format!(r#"","events":{events}}}"#);
     Ok((head, tail))
 }
 

@@ -218,9 +218,10 @@ thread_local! {
 
 /// Lets the calling thread open a connection of its own (to the node, or a cluster client)
 /// for each store it sends commands through: only for a thread whose single-threaded runtime
-/// lives as long as the thread (an HTTP worker). A multiplexed connection's driver then runs beside the requests it serves: the
-/// shared connection's runs on the main runtime, and each round trip through it from a worker
-/// costs two wake-ups across threads (measured: about one eventfd write per request).
+/// lives as long as the thread (an HTTP worker). A multiplexed connection's driver then runs
+/// beside the requests it serves: the shared connection's runs on the main runtime, and each
+/// round trip through it from a worker costs two wake-ups across threads (measured: about one
+/// eventfd write per request).
 pub fn own_connections() {
     OWNS.set(true);
 }
