@@ -122,6 +122,11 @@ check(users and users[-1].split(":")[0].isdigit(), where, "numeric USER (runAsNo
 check("ca-certificates" in dockerfile, where, "CA certificates (the provider speaks HTTPS)")
 check(re.search(r"cargo build --release --locked", dockerfile), where, "locked release build")
 check(re.search(r"^EXPOSE\s+8080", dockerfile, re.M), where, "EXPOSE 8080")
+copied = {c.rstrip("/") for c in re.findall(r"^COPY\s+(?!--)(\S+)", dockerfile, re.M)}
+for path in re.findall(r'path\s*=\s*"([^"]+)"', (ROOT / "Cargo.toml").read_text()):
+    top = path.split("/")[0]
+    if top != "src":
+        check(top in copied, where, f"COPY {top} (Cargo.toml builds from {path})")
 where = ".dockerignore"
 ignored = {
     line.strip()
