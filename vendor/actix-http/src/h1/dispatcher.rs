@@ -37,6 +37,14 @@ use crate::{
 };
 
 const LW_BUFFER_SIZE: usize = 1024;
+
+/// dsh-plan: once nothing is left to parse, a connection keeps no read buffer (the next read
+/// allocates one), so an idle connection holds none.
+fn release_if_empty(read_buf: &mut BytesMut) {
+    if read_buf.is_empty() {
+        *read_buf = BytesMut::new();
+    }
+}
 const HW_BUFFER_SIZE: usize = 1024 * 8;
 const MAX_PIPELINED_MESSAGES: usize = 16;
 
@@ -1058,6 +1066,10 @@ where
             }
         }
 
+        // dsh-plan: everything read is parsed: the connection may now be idle for long (e.g.
+        // a Server-Sent Events stream), so it keeps no read buffer.
+        release_if_empty(this.read_buf);
+
         Ok(updated)
     }
 
@@ -1256,18 +1268,17 @@ where
                 }
 
                 Poll::Pending => {
-                    // dsh-plan: nothing more to read and nothing buffered: an idle connection
-                    // keeps no read buffer (the next read allocates one).
-                    if this.read_buf.is_empty() {
-                        *this.read_buf = BytesMut::new();
-                    }
+                    release_if_empty(this.read_buf);
                     return Ok(false);
                 }
 
                 Poll::Ready(Err(err)) => {
                     return match err.kind() {
                         // convert WouldBlock error to the same as Pending return
-                        io::ErrorKind::WouldBlock => Ok(false),
+                        io::ErrorKind::WouldBlock => {
+                            release_if_empty(this.read_buf);
+                            Ok(false)
+                        }
 
                         // connection reset after partial read
                         io::ErrorKind::ConnectionReset if read_some => Ok(true),
