@@ -42,7 +42,7 @@ async fn subscriber(
     session: usize,
     sid: String,
     after: u64,
-    ready: tokio::sync::mpsc::Sender<()>,
+    ready: tokio::sync::mpsc::Sender<bool>,
     seen: Deliveries,
 ) {
     let Ok(mut conn) = TcpStream::connect(&addr).await else {
@@ -63,7 +63,12 @@ async fn subscriber(
         let now = Instant::now();
         if !announced {
             announced = true;
-            let _ = ready.send(()).await;
+            // A refusal (e.g. 429: the tenant's stream limit) is not a subscriber.
+            let accepted = buf[..n].starts_with(b"HTTP/1.1 200");
+            let _ = ready.send(accepted).await;
+            if !accepted {
+                return;
+            }
         }
         pending.push_str(&String::from_utf8_lossy(&buf[..n]));
         while let Some(pos) = pending.find("\nid: ") {
@@ -148,17 +153,17 @@ async fn main() {
         }
     }
     drop(ready_tx);
-    let mut connected = 0;
+    let (mut connected, mut refused) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while connected < n && Instant::now() < deadline {
-        if tokio::time::timeout(Duration::from_secs(5), ready_rx.recv())
-            .await
-            .ok()
-            .flatten()
-            .is_some()
-        {
-            connected += 1;
+    while connected + refused < n && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), ready_rx.recv()).await {
+            Ok(Some(true)) => connected += 1,
+            Ok(Some(false)) => refused += 1,
+            _ => {}
         }
+    }
+    if refused > 0 {
+        eprintln!("{refused} subscriber(s) refused (not 200): left out of every figure");
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle = rss_kb(pid);

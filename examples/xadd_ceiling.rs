@@ -10,6 +10,12 @@
 use actix_web::{put, web, App, HttpResponse, HttpServer};
 use redis::aio::ConnectionLike;
 
+/// The same allocator as dsh-plan's (src/main.rs), so the share compares the servers' work,
+/// not their allocators (jemalloc makes this server ~10 % faster too).
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Clone)]
 enum Conn {
     Single(redis::aio::ConnectionManager),

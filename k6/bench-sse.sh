@@ -28,14 +28,25 @@ BPORT=$(free_port); start b "$BPORT"
 A=http://127.0.0.1:$APORT
 B=http://127.0.0.1:$BPORT
 
+# Each round starts once replica a has let go of the last round's streams (it notices a
+# client that left at the stream's next write, a heartbeat at the latest): until then they
+# still count against the tenant's stream limit.
+idle() {
+  local deadline=$((SECONDS + 60))
+  until curl -sf "$A/metrics" | grep -qx 'dsh_sse_subscribers 0'; do
+    [ $SECONDS -lt $deadline ] || { echo "replica a still holds streams after 60 s" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
 for n in $SUBSCRIBERS; do
   echo "== $n subscribers on replica a, commits on replica b"
-  target/release/examples/sse_bench "$A" "$B" "$APID" "$n" "$COMMITS"
+  idle; target/release/examples/sse_bench "$A" "$B" "$APID" "$n" "$COMMITS"
   echo "== $n subscribers on replica a, commits on replica a"
-  target/release/examples/sse_bench "$A" "$A" "$APID" "$n" "$COMMITS"
+  idle; target/release/examples/sse_bench "$A" "$A" "$APID" "$n" "$COMMITS"
 done
 
 for n in $SPREAD; do
   echo "== $n subscribers on replica a, one per session, commits on replica b"
-  target/release/examples/sse_bench "$A" "$B" "$APID" "$n" "$n" spread
+  idle; target/release/examples/sse_bench "$A" "$B" "$APID" "$n" "$n" spread
 done
