@@ -42,7 +42,7 @@ async fn subscriber(
     session: usize,
     sid: String,
     after: u64,
-    ready: tokio::sync::mpsc::Sender<bool>,
+    ready: tokio::sync::mpsc::Sender<(usize, bool)>,
     seen: Deliveries,
 ) {
     let Ok(mut conn) = TcpStream::connect(&addr).await else {
@@ -61,16 +61,19 @@ async fn subscriber(
             Ok(n) => n,
         };
         let now = Instant::now();
+        pending.push_str(&String::from_utf8_lossy(&buf[..n]));
         if !announced {
+            if !pending.contains("\r\n") {
+                continue;
+            }
             announced = true;
             // A refusal (e.g. 429: the tenant's stream limit) is not a subscriber.
-            let accepted = buf[..n].starts_with(b"HTTP/1.1 200");
-            let _ = ready.send(accepted).await;
+            let accepted = pending.starts_with("HTTP/1.1 200");
+            let _ = ready.send((session, accepted)).await;
             if !accepted {
                 return;
             }
         }
-        pending.push_str(&String::from_utf8_lossy(&buf[..n]));
         while let Some(pos) = pending.find("\nid: ") {
             let rest = &pending[pos + 5..];
             let Some(end) = rest.find('\n') else { break };
@@ -154,11 +157,16 @@ async fn main() {
     }
     drop(ready_tx);
     let (mut connected, mut refused) = (0, 0);
+    // Accepted subscribers per session: the deliveries each commit should make.
+    let mut following: HashMap<usize, usize> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while connected + refused < n && Instant::now() < deadline {
         match tokio::time::timeout(Duration::from_secs(5), ready_rx.recv()).await {
-            Ok(Some(true)) => connected += 1,
-            Ok(Some(false)) => refused += 1,
+            Ok(Some((session, true))) => {
+                connected += 1;
+                *following.entry(session).or_default() += 1;
+            }
+            Ok(Some((_, false))) => refused += 1,
             _ => {}
         }
     }
@@ -198,11 +206,10 @@ async fn main() {
     let seen = seen.lock().unwrap();
     let mut lat: Vec<f64> = Vec::new();
     let mut missing = 0usize;
-    // Subscribers per session (all on one, or one each).
-    let per_session = if spread { 1 } else { connected };
     for (key, t0) in &sent {
         let got = seen.get(key).map(Vec::as_slice).unwrap_or(&[]);
-        missing += per_session.saturating_sub(got.len());
+        let expected = following.get(&key.0).copied().unwrap_or(0);
+        missing += expected.saturating_sub(got.len());
         lat.extend(
             got.iter()
                 .map(|t| t.duration_since(*t0).as_secs_f64() * 1000.0),

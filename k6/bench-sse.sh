@@ -29,11 +29,11 @@ A=http://127.0.0.1:$APORT
 B=http://127.0.0.1:$BPORT
 
 # Each round starts once replica a has let go of the last round's streams (it notices a
-# client that left at the stream's next write, a heartbeat at the latest): until then they
-# still count against the tenant's stream limit.
+# client that left when a write to it fails: a heartbeat or two later): until then they still
+# count against the tenant's stream limit.
 idle() {
   local deadline=$((SECONDS + 60))
-  until curl -sf "$A/metrics" | grep -qx 'dsh_sse_subscribers 0'; do
+  until curl -sf --max-time 5 "$A/metrics" | grep -qx 'dsh_sse_subscribers 0'; do
     [ $SECONDS -lt $deadline ] || { echo "replica a still holds streams after 60 s" >&2; return 1; }
     sleep 0.2
   done

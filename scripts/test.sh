@@ -45,6 +45,9 @@ bash scripts/lint-openapi.sh
 echo "== deploy checks (Kubernetes manifests against pinned API schemas, compose, Dockerfile)"
 bash scripts/validate-deploy.sh
 
+echo "== vendored actix-http (vendor/README.md: built from vendor/, the published crate + its patch)"
+bash scripts/check-vendor.sh
+
 echo "== cargo test (unit, property and integration tests)"
 cargo test --locked --all-targets
 

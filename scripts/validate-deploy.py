@@ -122,11 +122,14 @@ check(users and users[-1].split(":")[0].isdigit(), where, "numeric USER (runAsNo
 check("ca-certificates" in dockerfile, where, "CA certificates (the provider speaks HTTPS)")
 check(re.search(r"cargo build --release --locked", dockerfile), where, "locked release build")
 check(re.search(r"^EXPOSE\s+8080", dockerfile, re.M), where, "EXPOSE 8080")
-copied = {c.rstrip("/") for c in re.findall(r"^COPY\s+(?!--)(\S+)", dockerfile, re.M)}
-for path in re.findall(r'path\s*=\s*"([^"]+)"', (ROOT / "Cargo.toml").read_text()):
-    top = path.split("/")[0]
-    if top != "src":
-        check(top in copied, where, f"COPY {top} (Cargo.toml builds from {path})")
+# Every directory a dependency or patch of Cargo.toml is built from (`{ path = "…" }`) is copied
+# into the build stage, and not kept out of the context.
+copied = set()
+for sources in re.findall(r"^COPY\s+(?!--)(.+)$", dockerfile, re.M):
+    copied |= {c.removeprefix("./").rstrip("/") for c in sources.split()[:-1]}
+for path in re.findall(r'\{[^}]*\bpath\s*=\s*"([^"]+)"', (ROOT / "Cargo.toml").read_text()):
+    top = path.removeprefix("./").split("/")[0]
+    check(top in copied, where, f"COPY {top} (Cargo.toml builds from {path})")
 where = ".dockerignore"
 ignored = {
     line.strip()
@@ -135,6 +138,8 @@ ignored = {
 }
 for entry in ("target/", ".git", "**/node_modules/"):
     check(entry in ignored, where, f"{entry} kept out of the build context")
+for top in copied:
+    check(not ({top, top + "/", "/" + top, "/" + top + "/"} & ignored), where, f"{top} is COPYed: not ignored")
 
 # --- kustomization.yaml lists every manifest, once ------------------------------------------
 where = "deploy/kubernetes/kustomization.yaml"

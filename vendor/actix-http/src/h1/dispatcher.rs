@@ -38,12 +38,33 @@ use crate::{
 
 const LW_BUFFER_SIZE: usize = 1024;
 
-/// dsh-plan: once nothing is left to parse, a connection keeps no read buffer (the next read
-/// allocates one), so an idle connection holds none.
-fn release_if_empty(read_buf: &mut BytesMut) {
-    if read_buf.is_empty() {
+/// dsh-plan: once nothing is left to parse and no request payload is being read, a connection
+/// keeps no read buffer, so an idle connection holds none. (While a payload is read, its chunks
+/// share the buffer's allocation: a fresh buffer per read would let a slow upload pin 8 KB per
+/// byte.)
+fn release_if_idle(read_buf: &mut BytesMut, payload: &Option<PayloadSender>) {
+    if read_buf.is_empty() && payload.is_none() {
         *read_buf = BytesMut::new();
     }
+}
+
+/// dsh-plan: a read on a connection without a read buffer goes through a small buffer on the
+/// stack first, so a wake-up with nothing to read allocates nothing; what it reads starts a
+/// buffer of the usual size.
+fn poll_read_unbuffered<T: AsyncRead + Unpin>(
+    io: Pin<&mut T>,
+    cx: &mut Context<'_>,
+    read_buf: &mut BytesMut,
+) -> Poll<io::Result<usize>> {
+    let mut probe = [0u8; LW_BUFFER_SIZE];
+    let mut probe = tokio::io::ReadBuf::new(&mut probe);
+    ready!(io.poll_read(cx, &mut probe))?;
+    let read = probe.filled();
+    if !read.is_empty() {
+        read_buf.reserve(HW_BUFFER_SIZE);
+        read_buf.extend_from_slice(read);
+    }
+    Poll::Ready(Ok(read.len()))
 }
 const HW_BUFFER_SIZE: usize = 1024 * 8;
 const MAX_PIPELINED_MESSAGES: usize = 16;
@@ -379,7 +400,8 @@ where
         let mut io = Pin::new(io.as_mut().unwrap());
 
         // Allow normal buffer growth, but do not retain allocations caused by large response
-        // chunks on idle connections.
+        // chunks on idle connections. (dsh-plan: superseded below, where every drained buffer
+        // is released; kept to leave the patch small.)
         let retention_limit = (*h1_write_buffer_size).max(WRITE_BUFFER_RETENTION_LIMIT);
 
         if write_buf.capacity() > retention_limit {
@@ -1068,7 +1090,7 @@ where
 
         // dsh-plan: everything read is parsed: the connection may now be idle for long (e.g.
         // a Server-Sent Events stream), so it keeps no read buffer.
-        release_if_empty(this.read_buf);
+        release_if_idle(this.read_buf, this.payload);
 
         Ok(updated)
     }
@@ -1246,13 +1268,20 @@ where
                 return Ok(false);
             }
 
-            // grow buffer if necessary.
-            let remaining = this.read_buf.capacity() - this.read_buf.len();
-            if remaining < LW_BUFFER_SIZE {
-                this.read_buf.reserve(HW_BUFFER_SIZE - remaining);
-            }
+            // dsh-plan: an idle connection (no read buffer) reads without allocating first.
+            let polled = if this.read_buf.capacity() == 0 {
+                poll_read_unbuffered(io.as_mut(), cx, this.read_buf)
+            } else {
+                // grow buffer if necessary.
+                let remaining = this.read_buf.capacity() - this.read_buf.len();
+                if remaining < LW_BUFFER_SIZE {
+                    this.read_buf.reserve(HW_BUFFER_SIZE - remaining);
+                }
 
-            match tokio_util::io::poll_read_buf(io.as_mut(), cx, this.read_buf) {
+                tokio_util::io::poll_read_buf(io.as_mut(), cx, this.read_buf)
+            };
+
+            match polled {
                 Poll::Ready(Ok(n)) => {
                     // When draining a dropped request payload, keep FINISHED set so the
                     // disconnect/keep-alive decision can be made once the payload is fully drained.
@@ -1268,7 +1297,7 @@ where
                 }
 
                 Poll::Pending => {
-                    release_if_empty(this.read_buf);
+                    release_if_idle(this.read_buf, this.payload);
                     return Ok(false);
                 }
 
@@ -1276,7 +1305,7 @@ where
                     return match err.kind() {
                         // convert WouldBlock error to the same as Pending return
                         io::ErrorKind::WouldBlock => {
-                            release_if_empty(this.read_buf);
+                            release_if_idle(this.read_buf, this.payload);
                             Ok(false)
                         }
 

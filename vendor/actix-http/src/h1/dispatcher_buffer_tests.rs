@@ -187,3 +187,62 @@ async fn buffer_above_configured_write_watermark_released() {
     // A larger watermark sets the limit directly; it is not multiplied by four.
     check_buffer_retention(512 * 1024, 256 * 1024, false, true).await;
 }
+
+/// dsh-plan: while a request payload is being read, the read buffer is kept (its chunks share
+/// its allocation): a buffer dropped after each read would let a slow upload pin a fresh 8 KB
+/// allocation per chunk. (That an idle connection keeps none: `check_buffer_retention`.)
+#[actix_rt::test]
+async fn read_buffer_kept_while_a_payload_is_read() {
+    let mut io = TestBuffer::new("POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nabc");
+    let release = Rc::new(Cell::new(false));
+    let services = HttpFlow::new(
+        fn_service({
+            let release = release.clone();
+            move |req: Request| {
+                let release = release.clone();
+                async move {
+                    // Holds the request (and its payload, unread) until told to answer.
+                    std::future::poll_fn(|_| {
+                        if release.get() {
+                            Poll::Ready(())
+                        } else {
+                            Poll::Pending
+                        }
+                    })
+                    .await;
+                    drop(req);
+                    Ok::<_, Error>(Response::ok())
+                }
+            }
+        }),
+        ExpectHandler,
+        None::<UpgradeHandler>,
+    );
+    let dispatcher = Dispatcher::new(
+        io.clone(),
+        services,
+        ServiceConfigBuilder::new().build(),
+        None,
+        OnConnectData::default(),
+    );
+    let mut dispatcher = pin!(dispatcher);
+    let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+
+    assert!(dispatcher.as_mut().poll(&mut cx).is_pending());
+    io.extend_read_buf("def");
+    assert!(dispatcher.as_mut().poll(&mut cx).is_pending());
+    {
+        let DispatcherState::Normal { inner } = &dispatcher.inner else {
+            panic!()
+        };
+        assert!(inner.payload.is_some());
+        assert!(inner.read_buf.is_empty(), "the body read so far is the payload's");
+        assert!(
+            inner.read_buf.capacity() > 0,
+            "the read buffer is kept while the payload is read"
+        );
+    }
+
+    release.set(true);
+    let _ = dispatcher.as_mut().poll(&mut cx);
+}
