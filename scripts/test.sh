@@ -45,7 +45,7 @@ bash scripts/lint-openapi.sh
 echo "== deploy checks (Kubernetes manifests against pinned API schemas, compose, Dockerfile)"
 bash scripts/validate-deploy.sh
 
-echo "== vendored actix-http (vendor/README.md: built from vendor/, the published crate + its patch)"
+echo "== vendored actix-http (vendor/README.md: built from vendor/, the published crate + its patch, its tests)"
 bash scripts/check-vendor.sh
 
 echo "== cargo test (unit, property and integration tests)"
