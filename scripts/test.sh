@@ -10,7 +10,9 @@
 # - node and npm, for the OpenAPI linters (openapi/lint) and the TypeScript SDK
 #   (clients/typescript), each pinned in its lockfile;
 # - python3-venv, for the deploy checks (scripts/validate-deploy.sh: Kubernetes manifests,
-#   compose, Dockerfile), pinned in scripts/deploy-requirements.txt.
+#   compose, Dockerfile), pinned in scripts/deploy-requirements.txt;
+# - patch, pkg-config and OpenSSL's headers, for the vendored actix-http's check and its own
+#   tests (scripts/check-vendor.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +48,10 @@ echo "== deploy checks (Kubernetes manifests against pinned API schemas, compose
 bash scripts/validate-deploy.sh
 
 echo "== vendored actix-http (vendor/README.md: built from vendor/, the published crate + its patch, its tests)"
+# Its own tests build openssl-sys (its dev-dependencies' TLS tests): OpenSSL's headers and
+# pkg-config; `patch` applies vendor/actix-http.patch.
+command -v patch >/dev/null 2>&1 || apt_install patch
+{ command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openssl; } || apt_install pkg-config libssl-dev
 bash scripts/check-vendor.sh
 
 echo "== cargo test (unit, property and integration tests)"

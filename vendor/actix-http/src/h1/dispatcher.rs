@@ -41,7 +41,7 @@ const LW_BUFFER_SIZE: usize = 1024;
 /// dsh-plan: once nothing is left to parse and no request payload is being read, a connection
 /// keeps no read buffer, so an idle connection holds none. (While a payload is read, its chunks
 /// share the buffer's allocation: a fresh buffer per read would let a slow upload pin 8 KB per
-/// byte.)
+/// chunk.)
 fn release_if_idle(read_buf: &mut BytesMut, payload: &Option<PayloadSender>) {
     if read_buf.is_empty() && payload.is_none() {
         *read_buf = BytesMut::new();
