@@ -37,6 +37,8 @@ use crate::{
 };
 
 const LW_BUFFER_SIZE: usize = 1024;
+const HW_BUFFER_SIZE: usize = 1024 * 8;
+const MAX_PIPELINED_MESSAGES: usize = 16;
 
 /// dsh-plan: once nothing is left to parse and no request payload is being read, a connection
 /// keeps no read buffer, so an idle connection holds none. (While a payload is read, its chunks
@@ -66,11 +68,6 @@ fn poll_read_unbuffered<T: AsyncRead + Unpin>(
     }
     Poll::Ready(Ok(read.len()))
 }
-const HW_BUFFER_SIZE: usize = 1024 * 8;
-const MAX_PIPELINED_MESSAGES: usize = 16;
-
-/// Write buffer capacity at which we reallocate it after flushing.
-const WRITE_BUFFER_RETENTION_LIMIT: usize = 1024 * 128;
 
 bitflags! {
     #[derive(Debug, Clone, Copy)]
@@ -218,8 +215,6 @@ pin_project! {
         // Number of bytes to busy-buffer before flushing.
         h1_write_buffer_size: usize,
 
-        // True if backing allocation of `write_buf` needs to be released.
-        write_buf_needs_reset: bool,
 
         codec: Codec,
     }
@@ -338,7 +333,6 @@ where
                     read_buf: BytesMut::new(),
                     write_buf: BytesMut::new(),
                     h1_write_buffer_size: config.h1_write_buffer_size(),
-                    write_buf_needs_reset: false,
                     codec: Codec::new(config),
                 },
             },
@@ -390,25 +384,8 @@ where
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
-        let InnerDispatcherProj {
-            io,
-            write_buf,
-            h1_write_buffer_size,
-            write_buf_needs_reset,
-            ..
-        } = self.project();
+        let InnerDispatcherProj { io, write_buf, .. } = self.project();
         let mut io = Pin::new(io.as_mut().unwrap());
-
-        // Allow normal buffer growth, but do not retain allocations caused by large response
-        // chunks on idle connections. (dsh-plan: superseded below, where every drained buffer
-        // is released; kept to leave the patch small.)
-        let retention_limit = (*h1_write_buffer_size).max(WRITE_BUFFER_RETENTION_LIMIT);
-
-        if write_buf.capacity() > retention_limit {
-            // Needs stored flag because `write_buf.advance(n)` reduces reported capacity without
-            // releasing the backing allocation.
-            *write_buf_needs_reset = true;
-        }
 
         let len = write_buf.len();
         let mut written = 0;
@@ -429,11 +406,10 @@ where
             }
         }
 
-        // All bytes have been accepted by the I/O stream, so the buffer can be reused or released.
-        // dsh-plan: an idle connection keeps no write buffer; the next response or chunk
-        // allocates what it needs.
+        // All bytes have been accepted by the I/O stream, so the buffer can be released.
+        // dsh-plan: whatever its size (this replaces actix-http's retention limit), so an idle
+        // connection keeps no write buffer; the next response or chunk allocates what it needs.
         *write_buf = BytesMut::new();
-        *write_buf_needs_reset = false;
 
         // flush the I/O and check if get blocked
         io.poll_flush(cx)

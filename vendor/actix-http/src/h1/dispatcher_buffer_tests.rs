@@ -58,8 +58,8 @@ impl AsyncWrite for LimitedWriter {
 /// Checks buffer retention and complete responses on a persistent HTTP/1 connection.
 ///
 /// - `body_len`: Response body length in bytes, sent as one chunk for each request.
-/// - `threshold`: Configured HTTP/1 write-buffer watermark in bytes. The retention limit is
-///   the larger of this value and `WRITE_BUFFER_RETENTION_LIMIT`.
+/// - `threshold`: Configured HTTP/1 write-buffer watermark in bytes. (dsh-plan: there is no
+///   retention limit any more; every drained buffer is released.)
 /// - `partial`: If true, block writes after `body_len - 1024` bytes, including headers,
 ///   then resume them. Requires `body_len > 1024`.
 /// - `release`: (dsh-plan: no longer read; every drained buffer is released.) If true, expect
@@ -88,8 +88,7 @@ async fn check_buffer_retention(body_len: usize, threshold: usize, partial: bool
             allowance: allowance.clone(),
         },
         services,
-        // This sets the body-polling watermark. The retention limit is the larger
-        // of this value and WRITE_BUFFER_RETENTION_LIMIT.
+        // This sets the body-polling watermark.
         ServiceConfigBuilder::new()
             .h1_write_buffer_size(threshold)
             .build(),
