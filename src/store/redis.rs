@@ -107,9 +107,11 @@ impl RedisLog {
     /// delete removes them all, without searching for them. A new per-session key belongs here
     /// (hash-tagged `{<sid>}`).
     pub fn session_keys(&self, sid: &SessionId) -> Vec<String> {
-        let marks = format!("{}:{{{}}}:idem", self.prefix, sid);
-        let expiry = format!("{marks}:exp");
-        vec![self.key(sid), marks, expiry]
+        vec![
+            self.key(sid),
+            session_name(&self.prefix, sid, "idem"),
+            session_name(&self.prefix, sid, "idem:exp"),
+        ]
     }
 
     /// Redis's `maxmemory-policy`, or `None` when `CONFIG GET` is refused (managed Redis). Any
@@ -132,12 +134,13 @@ pub(super) fn unavailable(e: redis::RedisError) -> super::StoreError {
     }
 }
 
-/// `EVALSHA` of `script` with `keys` keys, the keys and arguments to be added: one command
-/// written into one buffer (the crate's script invocation copies each argument twice), run by
-/// [`eval`].
-pub(super) fn evalsha(script: &Script, keys: usize) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys);
+/// `EVALSHA` of `script` with `keys` keys, the keys and `args` arguments of about `bytes` bytes
+/// in all to be added: one command written into one buffer sized for them up front (the
+/// crate's script invocation copies each argument twice, and a buffer grown argument by
+/// argument costs more than writing them), run by [`eval`].
+pub(super) fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(3 + keys + args, 64 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     cmd
 }
 
@@ -159,7 +162,19 @@ pub(super) async fn eval(
 
 /// The key of a session's stream under `prefix`.
 fn log_key(prefix: &str, sid: &SessionId) -> String {
-    format!("{prefix}:{{{sid}}}:log")
+    session_name(prefix, sid, "log")
+}
+
+/// `<prefix>:{<sid>}:<what>`: a key or channel of one session, in the session's hash slot.
+/// Built in one allocation: `format!` grows its string piece by piece, and these names are
+/// made on every append.
+pub(super) fn session_name(prefix: &str, sid: &SessionId, what: &str) -> String {
+    let sid = sid.as_str();
+    let mut name = String::with_capacity(prefix.len() + sid.len() + what.len() + 4);
+    for part in [prefix, ":{", sid, "}:", what] {
+        name.push_str(part);
+    }
+    name
 }
 
 impl EventLog for RedisLog {

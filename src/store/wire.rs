@@ -49,28 +49,44 @@ pub(super) fn encode_ephemeral(msg: &Ephemeral) -> StoreResult<String> {
 /// here, which costs Redis less than building Lua tables for `cjson`.
 const PREENCODED_MAX: usize = 4096;
 
-/// A committed batch's message as two parts, before and after its commit time (which only the
-/// store knows): `events` with `data`, their encoded payloads, committed from seq `first`. The
-/// second part is empty for a batch over [`PREENCODED_MAX`]: the script encodes its events.
+/// A committed batch's message as two parts, before and after its commit time (which the
+/// script settles: the log's last entry may be later than this replica's clock): `events` with
+/// `data`, their encoded payloads, committed from seq `first`. The second part is empty for a
+/// batch over [`PREENCODED_MAX`]: the script encodes its events.
 pub(super) fn encode_committed(
     sid: &SessionId,
     first: u64,
     events: &[NewEvent],
     data: &[String],
 ) -> StoreResult<(String, String)> {
+    // Built by hand, once per append: ids are validated tokens (ASCII letters, digits, `-`,
+    // `_`) and type names constants of the same kind, so only the payloads need escaping.
     let unencodable = |e: serde_json::Error| StoreError::Unencodable(e.to_string());
-    let sid = serde_json::to_string(sid.as_str()).map_err(unencodable)?;
-    let head = format!(r#"{{"sid":{sid},"first":{first},"ms":""#);
-    if data.iter().map(String::len).sum::<usize>() > PREENCODED_MAX {
+    let head = format!(r#"{{"sid":"{}","first":{first},"ms":""#, sid.as_str());
+    let size: usize = data.iter().map(String::len).sum();
+    if size > PREENCODED_MAX {
         return Ok((head, String::new()));
     }
-    let triples: Vec<(&str, &str, &str)> = events
-        .iter()
-        .zip(data)
-        .map(|(e, d)| (e.kind.type_name(), e.agent.as_str(), d.as_str()))
-        .collect();
-    let events = serde_json::to_string(&triples).map_err(unencodable)?;
-    let tail = format!(r#"","events":{events}}}"#);
+    let mut tail = Vec::with_capacity(size + events.len() * 96 + 16);
+    tail.extend_from_slice(br#"","events":["#);
+    for (i, (e, d)) in events.iter().zip(data).enumerate() {
+        if i > 0 {
+            tail.push(b',');
+        }
+        for part in [
+            r#"[""#,
+            e.kind.type_name(),
+            r#"",""#,
+            e.agent.as_str(),
+            r#"","#,
+        ] {
+            tail.extend_from_slice(part.as_bytes());
+        }
+        serde_json::to_writer(&mut tail, d).map_err(unencodable)?;
+        tail.push(b']');
+    }
+    tail.extend_from_slice(b"]}");
+    let tail = String::from_utf8(tail).map_err(|e| StoreError::Unencodable(e.to_string()))?;
     Ok((head, tail))
 }
 
@@ -272,7 +288,18 @@ mod tests {
         let data = crate::store::encode(&events).unwrap();
         let sid = SessionId::parse("s1").unwrap();
         let (head, tail) = encode_committed(&sid, 7, &events, &data).unwrap();
+        // Byte for byte what serde_json makes of the same message.
+        let triples: Vec<_> = events
+            .iter()
+            .zip(&data)
+            .map(|(e, d)| (e.kind.type_name(), e.agent.as_str(), d))
+            .collect();
+        let json = serde_json::to_string(&triples).unwrap();
         let payload = format!("{head}1700000000123{tail}");
+        assert_eq!(
+            payload,
+            format!(r#"{{"sid":"s1","first":7,"ms":"1700000000123","events":{json}}}"#)
+        );
         let Some(LiveMessage::Events {
             sid: got,
             events: decoded,

@@ -417,3 +417,48 @@ async fn sigterm_with_many_running_turns_hands_each_over_within_a_second() {
         sids.len()
     );
 }
+
+/// Commit times come from the replicas' clocks, and a log's never go back: after an entry
+/// stamped by a replica whose clock ran an hour ahead, the next commit, by a replica whose
+/// clock is right, is stamped with that entry's time, not before it.
+#[tokio::test]
+async fn commit_times_never_go_back_when_a_replica_clock_ran_ahead() {
+    let redis = TestRedis::start().await;
+    let a = spawn_replica(Some(&redis), "a").await;
+    let sid = a.create_session().await;
+    let ahead = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 3_600_000;
+    // seq 2, as a replica an hour ahead committed it (a caches seq 1 only).
+    let mut conn = redis.conn().await;
+    let _: String = redis::cmd("XADD")
+        .arg(redis.key(&sid))
+        .arg("2-0")
+        .arg("type")
+        .arg("plan/mode")
+        .arg("agent")
+        .arg("main")
+        .arg("data")
+        .arg(r#"{"active":true}"#)
+        .arg("ts")
+        .arg(ahead)
+        .arg("v")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // a catches up on its append and commits seq 3.
+    let reply = a.set_plan(&sid, "main", false).await.ok();
+    assert_eq!(reply["outcome"], "committed", "{reply}");
+    let events = a.events(&sid).await;
+    let times: Vec<&str> = events
+        .iter()
+        .map(|e| e["committed_at"].as_str().unwrap())
+        .collect();
+    assert!(
+        events.len() == 3 && times[2] == times[1],
+        "the commit after the hour-ahead one went back in time: {times:?}"
+    );
+}

@@ -9,7 +9,7 @@ use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
 use super::super::requests::mark_keep_ms;
 use super::super::wire::encode_committed;
 use super::super::StoreError;
-use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
+use super::super::{encode, now_ms, stamp, Anchor, Append, Mark, StoreResult};
 use super::{eval, evalsha, Conn, RedisLog, WAIT_TIMEOUT};
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, SessionId};
@@ -37,17 +37,26 @@ impl RedisLog {
         let data = encode(events)?;
         let (head, tail) = encode_committed(sid, expected.seq + 1, events, &data)?;
         let keys = self.session_keys(sid);
-        let mut cmd = evalsha(&self.append, keys.len());
+        let channel = self.live_channel(sid);
+        // The arguments' bytes: 64 for the numbers, 64 per event for its type and agent.
+        let bytes = keys.iter().map(String::len).sum::<usize>()
+            + channel.len()
+            + head.len()
+            + tail.len()
+            + data.iter().map(|d| d.len() + 64).sum::<usize>()
+            + 64;
+        let mut cmd = evalsha(&self.append, keys.len(), 10 + 3 * events.len(), bytes);
         cmd.arg(keys)
             .arg(expected.seq)
             .arg(SCHEMA_VERSION)
-            .arg(self.live_channel(sid))
+            .arg(channel)
             .arg(head)
             .arg(expected.ts)
             .arg(ttl_ms)
             .arg(mark.map_or(0, |_| mark_keep_ms(ttl_ms)))
             .arg(mark.map(Mark::field).unwrap_or_default())
-            .arg(tail);
+            .arg(tail)
+            .arg(now_ms());
         for (e, data) in events.iter().zip(data) {
             cmd.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
         }
@@ -100,8 +109,11 @@ impl RedisLog {
     /// Whether the session's log ends at the entry `anchor` names.
     async fn ends_at(&self, sid: &SessionId, anchor: Anchor) -> StoreResult<bool> {
         let mut conn = self.conn.here();
-        let reply: Value = redis::cmd("XREVRANGE")
-            .arg(self.key(sid))
+        let key = self.key(sid);
+        // Sized up front, as `evalsha` does: this read is half of what a busy replica sends.
+        let reply: Value = redis::Cmd::with_capacity(6, 32 + key.len())
+            .arg("XREVRANGE")
+            .arg(key)
             .arg("+")
             .arg("-")
             .arg("COUNT")

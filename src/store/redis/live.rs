@@ -39,7 +39,7 @@ impl RedisLog {
 
     /// The session's live channel: committed events, deltas and its deletion notice.
     pub fn live_channel(&self, sid: &SessionId) -> String {
-        format!("{}:{{{}}}:live", self.prefix, sid)
+        super::session_name(&self.prefix, sid, "live")
     }
 }
 
@@ -88,7 +88,7 @@ struct Listener {
 
 impl Listener {
     fn channel(&self, sid: &SessionId) -> String {
-        format!("{}:{{{}}}:live", self.prefix, sid)
+        super::session_name(&self.prefix, sid, "live")
     }
 
     async fn connect(&self, pushes: UnboundedSender<PushInfo>) -> Option<Conn> {
