@@ -5,11 +5,16 @@
 # the ceiling. Starts its own redis-server (or uses REDIS_URL, e.g. a cluster's
 # `redis+cluster://…`) and both servers on free loopback ports; stops everything.
 #
+# Each load runs ROUNDS times on each server, alternating (dsh-plan, ceiling, dsh-plan, …), so
+# a machine whose speed drifts over a minute (a shared VM) slows both alike; the share is the
+# median of the rounds' shares, the req/s the medians of each server's rounds.
+#
 #   bash k6/bench-ceiling.sh
-#   DURATION=20s CONNECTIONS=64 bash k6/bench-ceiling.sh
+#   DURATION=20s ROUNDS=5 CONNECTIONS=64 bash k6/bench-ceiling.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DURATION=${DURATION:-10s}
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-64}
 SPREAD=${SPREAD:-256}
 WORKERS=${WORKERS:-2}
@@ -42,11 +47,22 @@ rps() { # base sessions
 
 ONE=$(new_session)
 MANY=$(for _ in $(seq "$SPREAD"); do new_session; done | paste -sd, -)
-echo "| load ($CONNECTIONS connections, $DURATION, PUT plan toggling) | dsh-plan req/s | bare actix + XADD req/s | share |"
-echo "|---|---|---|---|"
+echo "| load ($CONNECTIONS connections, $ROUNDS × $DURATION each, PUT plan toggling) | dsh-plan req/s | bare actix + XADD req/s | share (median) | rounds' shares |"
+echo "|---|---|---|---|---|"
 for what in one many; do
   if [ $what = one ]; then sessions=$ONE; label="one hot session"; else sessions=$MANY; label="$SPREAD sessions"; fi
-  d=$(rps "$DSH" "$sessions")
-  c=$(rps "$CEIL" "$sessions")
-  echo "| $label | $d | $c | $(python3 -c "print(f'{$d / max($c, 1):.2f}')") |"
+  pairs=()
+  for _ in $(seq "$ROUNDS"); do
+    d=$(rps "$DSH" "$sessions")
+    c=$(rps "$CEIL" "$sessions")
+    pairs+=("$d:$c")
+  done
+  python3 - "$label" "${pairs[@]}" <<'PY'
+import statistics, sys
+label, pairs = sys.argv[1], [tuple(map(int, p.split(":"))) for p in sys.argv[2:]]
+shares = [d / max(c, 1) for d, c in pairs]
+d = statistics.median(p[0] for p in pairs)
+c = statistics.median(p[1] for p in pairs)
+print(f"| {label} | {d:.0f} | {c:.0f} | {statistics.median(shares):.2f} | {' '.join(f'{s:.2f}' for s in shares)} |")
+PY
 done
