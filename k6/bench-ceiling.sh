@@ -5,9 +5,10 @@
 # the ceiling. Starts its own redis-server (or uses REDIS_URL, e.g. a cluster's
 # `redis+cluster://…`) and both servers on free loopback ports; stops everything.
 #
-# Each load runs ROUNDS times on each server, alternating (dsh-plan, ceiling, dsh-plan, …), so
-# a machine whose speed drifts over a minute (a shared VM) slows both alike; the share is the
-# median of the rounds' shares, the req/s the medians of each server's rounds.
+# Each load runs ROUNDS times on each server, alternating, which one goes first too (dsh-plan
+# then the ceiling, the ceiling then dsh-plan, …), so a machine whose speed drifts over a minute
+# (a shared VM) slows both alike; the share is the median of the rounds' shares, the req/s the
+# medians of each server's rounds. A wrk run that reports no rate counts as 0 req/s.
 #
 #   bash k6/bench-ceiling.sh
 #   DURATION=20s ROUNDS=5 CONNECTIONS=64 bash k6/bench-ceiling.sh
@@ -42,7 +43,7 @@ until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
 new_session() { curl -sf -XPOST -H 'content-type: application/json' "$DSH/v1/sessions" | python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'; }
 rps() { # base sessions
   SESSIONS=$2 MODE=put wrk -t2 -c"$CONNECTIONS" -d"$DURATION" -s k6/wrk/plan.lua "$1" \
-    | awk '/Requests\/sec/ {print int($2)}'
+    | awk '/Requests\/sec/ {n = int($2)} END {print n + 0}'
 }
 
 ONE=$(new_session)
@@ -52,9 +53,14 @@ echo "|---|---|---|---|---|"
 for what in one many; do
   if [ $what = one ]; then sessions=$ONE; label="one hot session"; else sessions=$MANY; label="$SPREAD sessions"; fi
   pairs=()
-  for _ in $(seq "$ROUNDS"); do
-    d=$(rps "$DSH" "$sessions")
-    c=$(rps "$CEIL" "$sessions")
+  for round in $(seq "$ROUNDS"); do
+    if [ $((round % 2)) = 1 ]; then
+      d=$(rps "$DSH" "$sessions")
+      c=$(rps "$CEIL" "$sessions")
+    else
+      c=$(rps "$CEIL" "$sessions")
+      d=$(rps "$DSH" "$sessions")
+    fi
     pairs+=("$d:$c")
   done
   python3 - "$label" "${pairs[@]}" <<'PY'

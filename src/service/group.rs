@@ -19,8 +19,7 @@
 //! when nothing else in the batch writes).
 //!
 //! The provisional commit time is the later of now and the batch's base commit time; the real
-//! one is the append's (the same, unless another replica, its clock ahead, committed in
-//! between). A decision's value derived from an earlier member's commit time would
+//! one is the store's. A decision's value derived from an earlier member's commit time would
 //! carry the provisional time (no decision does today: events carry no time, values are
 //! derived from ids, seqs and payloads, which are exact); `Decided::state` and `events` are
 //! always the real ones.

@@ -20,10 +20,7 @@
 -- ARGV[9]  the rest of the published message (`","events":[[type, agent, data], …]}`), or ''
 --          for the script to encode the events itself (a large batch: its payloads are then
 --          sent once, not twice)
--- ARGV[10] the caller's clock (ms): the commit time, unless the log's last entry was committed
---          later (by a replica whose clock runs ahead), whose time it then takes, so the log's
---          times never go back. (Redis's `TIME` would cost a fifth of the script.)
--- ARGV[11..] per event: type, agent, data
+-- ARGV[10..] per event: type, agent, data
 -- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
 -- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
 -- entry as it was folded (Redis lost data and the log grew back): `entries` starts with the
@@ -35,14 +32,8 @@ local seq = 0
 if #last > 0 then
   seq = tonumber(string.match(last[1][1], '^(%d+)'))
 end
-local function ts_of(entry)
-  local fields = entry[2]
-  for i = 1, #fields, 2 do
-    if fields[i] == 'ts' then return fields[i + 1] end
-  end
-end
-local prev_ts = #last > 0 and ts_of(last[1]) or nil
-local now = math.max(tonumber(ARGV[10]), tonumber(prev_ts or '0') or 0)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local marker = nil
 if ARGV[7] ~= '0' then
   marker = ARGV[8]
@@ -55,6 +46,13 @@ if ARGV[7] ~= '0' then
   end
 end
 local expected = tonumber(ARGV[1])
+local function ts_of(entry)
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'ts' then return fields[i + 1] end
+  end
+end
+local prev_ts = #last > 0 and ts_of(last[1]) or nil
 local replaced = seq == expected and expected > 0 and ARGV[5] ~= '0' and prev_ts ~= ARGV[5]
 if seq ~= expected or replaced then
   local entries = {}
@@ -66,8 +64,8 @@ if seq ~= expected or replaced then
   return {0, seq, entries}
 end
 local ms = string.format('%d', now)
-local wrote = #ARGV >= 11
-for i = 11, #ARGV, 3 do
+local wrote = #ARGV >= 10
+for i = 10, #ARGV, 3 do
   seq = seq + 1
   redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
     'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
@@ -107,7 +105,7 @@ if ARGV[3] ~= '' and wrote then
   local rest = ARGV[9]
   if rest == '' then
     local events = {}
-    for i = 11, #ARGV, 3 do
+    for i = 10, #ARGV, 3 do
       events[#events + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
     end
     rest = '","events":' .. cjson.encode(events) .. '}'

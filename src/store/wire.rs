@@ -49,10 +49,9 @@ pub(super) fn encode_ephemeral(msg: &Ephemeral) -> StoreResult<String> {
 /// here, which costs Redis less than building Lua tables for `cjson`.
 const PREENCODED_MAX: usize = 4096;
 
-/// A committed batch's message as two parts, before and after its commit time (which the
-/// script settles: the log's last entry may be later than this replica's clock): `events` with
-/// `data`, their encoded payloads, committed from seq `first`. The second part is empty for a
-/// batch over [`PREENCODED_MAX`]: the script encodes its events.
+/// A committed batch's message as two parts, before and after its commit time (which only the
+/// store knows): `events` with `data`, their encoded payloads, committed from seq `first`. The
+/// second part is empty for a batch over [`PREENCODED_MAX`]: the script encodes its events.
 pub(super) fn encode_committed(
     sid: &SessionId,
     first: u64,

@@ -789,7 +789,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -961,7 +961,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -1051,7 +1051,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -1406,7 +1406,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -1497,7 +1497,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -1633,7 +1633,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -1717,7 +1717,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -1764,7 +1764,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -1833,7 +1833,7 @@ export interface components {
             /** @example main */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -2119,7 +2119,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -2175,7 +2175,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -2371,7 +2371,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -2450,7 +2450,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -2541,7 +2541,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -2602,7 +2602,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -2646,7 +2646,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;
@@ -2694,7 +2694,7 @@ export interface components {
              */
             agent: string;
             /**
-             * @description Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+             * @description Commit time, RFC 3339 with milliseconds, taken from the store's clock.
              * @example 2026-12-02T10:23:53.123Z
              */
             committed_at: string;

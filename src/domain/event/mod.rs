@@ -143,7 +143,7 @@ pub struct Recorded {
     pub agent: AgentId,
     #[serde(flatten)]
     pub kind: EventKind,
-    /// Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.
+    /// Commit time, RFC 3339 with milliseconds, taken from the store's clock.
     #[serde(with = "rfc3339_ms")]
     #[schema(value_type = String, example = "2026-12-02T10:23:53.123Z")]
     pub committed_at: u64,

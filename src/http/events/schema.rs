@@ -99,7 +99,7 @@ fn recorded(event: &str, payload: &str) -> FrameSchema {
     );
     schema["properties"]["committed_at"] = json!({
         "type": "string",
-        "description": "Commit time, RFC 3339 with milliseconds: the committing replica's clock, never earlier than the event before it.",
+        "description": "Commit time, RFC 3339 with milliseconds, taken from the store's clock.",
         "example": "2026-12-02T10:23:53.123Z",
     });
     schema["properties"]["v"] =

@@ -9,7 +9,7 @@ use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
 use super::super::requests::mark_keep_ms;
 use super::super::wire::encode_committed;
 use super::super::StoreError;
-use super::super::{encode, now_ms, stamp, Anchor, Append, Mark, StoreResult};
+use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
 use super::{eval, evalsha, Conn, RedisLog, WAIT_TIMEOUT};
 use crate::domain::event::SCHEMA_VERSION;
 use crate::domain::{NewEvent, SessionId};
@@ -45,7 +45,7 @@ impl RedisLog {
             + tail.len()
             + data.iter().map(|d| d.len() + 64).sum::<usize>()
             + 64;
-        let mut cmd = evalsha(&self.append, keys.len(), 10 + 3 * events.len(), bytes);
+        let mut cmd = evalsha(&self.append, keys.len(), 9 + 3 * events.len(), bytes);
         cmd.arg(keys)
             .arg(expected.seq)
             .arg(SCHEMA_VERSION)
@@ -55,8 +55,7 @@ impl RedisLog {
             .arg(ttl_ms)
             .arg(mark.map_or(0, |_| mark_keep_ms(ttl_ms)))
             .arg(mark.map(Mark::field).unwrap_or_default())
-            .arg(tail)
-            .arg(now_ms());
+            .arg(tail);
         for (e, data) in events.iter().zip(data) {
             cmd.arg(e.kind.type_name()).arg(e.agent.as_str()).arg(data);
         }
