@@ -8,7 +8,9 @@
 # Each load runs ROUNDS times on each server, alternating, which one goes first too (dsh-plan
 # then the ceiling, the ceiling then dsh-plan, …), so a machine whose speed drifts over a minute
 # (a shared VM) slows both alike; the share is the median of the rounds' shares, the req/s the
-# medians of each server's rounds. A wrk run that reports no rate counts as 0 req/s.
+# medians of each server's rounds (so the share need not be their ratio; an even ROUNDS
+# balances who goes first). A round whose wrk reports no rate counts as 0 req/s and a share of
+# 0; a wrk that fails stops the benchmark.
 #
 #   bash k6/bench-ceiling.sh
 #   DURATION=20s ROUNDS=5 CONNECTIONS=64 bash k6/bench-ceiling.sh
@@ -66,7 +68,7 @@ for what in one many; do
   python3 - "$label" "${pairs[@]}" <<'PY'
 import statistics, sys
 label, pairs = sys.argv[1], [tuple(map(int, p.split(":"))) for p in sys.argv[2:]]
-shares = [d / max(c, 1) for d, c in pairs]
+shares = [d / c if c else 0.0 for d, c in pairs]
 d = statistics.median(p[0] for p in pairs)
 c = statistics.median(p[1] for p in pairs)
 print(f"| {label} | {d:.0f} | {c:.0f} | {statistics.median(shares):.2f} | {' '.join(f'{s:.2f}' for s in shares)} |")

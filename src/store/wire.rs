@@ -59,7 +59,8 @@ pub(super) fn encode_committed(
     data: &[String],
 ) -> StoreResult<(String, String)> {
     // Built by hand, once per append: ids are validated tokens (ASCII letters, digits, `-`,
-    // `_`) and type names constants of the same kind, so only the payloads need escaping.
+    // `_`) and type names `[a-z/]` constants, none of which JSON escapes, so only the payloads
+    // need escaping.
     let unencodable = |e: serde_json::Error| StoreError::Unencodable(e.to_string());
     let head = format!(r#"{{"sid":"{}","first":{first},"ms":""#, sid.as_str());
     let size: usize = data.iter().map(String::len).sum();

@@ -38,13 +38,14 @@ impl RedisLog {
         let (head, tail) = encode_committed(sid, expected.seq + 1, events, &data)?;
         let keys = self.session_keys(sid);
         let channel = self.live_channel(sid);
-        // The arguments' bytes: 64 for the numbers, 64 per event for its type and agent.
+        // The arguments' bytes: 128 for the numbers and the marker's name, 128 per event for
+        // its type and agent (a short guess only costs one more allocation).
         let bytes = keys.iter().map(String::len).sum::<usize>()
             + channel.len()
             + head.len()
             + tail.len()
-            + data.iter().map(|d| d.len() + 64).sum::<usize>()
-            + 64;
+            + data.iter().map(|d| d.len() + 128).sum::<usize>()
+            + 128;
         let mut cmd = evalsha(&self.append, keys.len(), 9 + 3 * events.len(), bytes);
         cmd.arg(keys)
             .arg(expected.seq)
