@@ -1,8 +1,10 @@
 -- Compare-and-append to one session log (a Redis Stream with ids `<seq>-0`).
 -- KEYS[1]  the session's stream; KEYS[2] its markers (a hash: marker name -> 'first last');
---          KEYS[3] their expiry (a zset: marker name -> expiry ms); KEYS[4..] the session's
---          other keys. All of them are the session's: their ttl is kept with the stream's,
---          and a delete removes them.
+--          KEYS[3] their expiry (a zset: marker name -> expiry ms); KEYS[4] its head: the seq
+--          and commit time of the stream's last entry ('<seq> <ms>'), which only this script
+--          writes, in the same step as the entry (reading it costs a fraction of reading the
+--          entry); KEYS[5..] the session's other keys. All of them are the session's: their
+--          ttl is kept with the stream's, and a delete removes them.
 -- ARGV[1]  the seq the caller's decision was based on (0: the session must not exist yet)
 -- ARGV[2]  schema version
 -- ARGV[3]  the session's live channel to publish committed events on ('' for none)
@@ -21,16 +23,41 @@
 --          for the script to encode the events itself (a large batch: its payloads are then
 --          sent once, not twice)
 -- ARGV[10..] per event: type, agent, data
--- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
+-- Returns '<last_seq> <commit_ms>' when committed (or, for no events, when still current),
 -- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
 -- entry as it was folded (Redis lost data and the log grew back): `entries` starts with the
 -- entry at the expected seq (if any), so the caller can tell the two apart. A stream that is
 -- gone (deleted, expired) while the caller expects seq N > 0 is such a conflict: an append
 -- never brings a session back.
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local seq = 0
-if #last > 0 then
-  seq = tonumber(string.match(last[1][1], '^(%d+)'))
+--
+-- The head is trusted only as far as the stream agrees: the first entry is added with the id
+-- after the head's and only to a stream that exists, which Redis refuses when the stream has
+-- moved past the head (a writer that does not keep it: a replica of an earlier build) or is
+-- gone; then, and on any conflict, the stream's own last entry decides and a head that
+-- disagrees with it is removed (the next commit writes it again).
+local function ts_of(entry)
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'ts' then return fields[i + 1] end
+  end
+end
+-- The stream's last entry: its seq (0: none) and commit time.
+local function tail()
+  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  if #last == 0 then return 0, nil end
+  return tonumber(string.match(last[1][1], '^(%d+)')), ts_of(last[1])
+end
+-- (Only a write checks the head against the stream: a call without events reads the stream.)
+local wrote = #ARGV >= 10
+local head = wrote and redis.call('GET', KEYS[4])
+local seq, prev_ts
+if head then
+  local s, ts = string.match(head, '^(%d+) (%d+)$')
+  seq, prev_ts = tonumber(s), ts
+end
+if not seq then
+  head = nil
+  seq, prev_ts = tail()
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -46,15 +73,12 @@ if ARGV[7] ~= '0' then
   end
 end
 local expected = tonumber(ARGV[1])
-local function ts_of(entry)
-  local fields = entry[2]
-  for i = 1, #fields, 2 do
-    if fields[i] == 'ts' then return fields[i + 1] end
+-- What the caller missed, from the stream itself (never from the head).
+local function conflict()
+  seq, prev_ts = tail()
+  if head and head ~= string.format('%d ', seq) .. (prev_ts or '') then
+    redis.call('DEL', KEYS[4])
   end
-end
-local prev_ts = #last > 0 and ts_of(last[1]) or nil
-local replaced = seq == expected and expected > 0 and ARGV[5] ~= '0' and prev_ts ~= ARGV[5]
-if seq ~= expected or replaced then
   local entries = {}
   if seq >= expected and expected > 0 then
     entries = redis.call('XRANGE', KEYS[1], string.format('%d', expected) .. '-0', '+', 'COUNT', 513)
@@ -63,12 +87,30 @@ if seq ~= expected or replaced then
   end
   return {0, seq, entries}
 end
+local replaced = seq == expected and expected > 0 and ARGV[5] ~= '0' and prev_ts ~= ARGV[5]
+if seq ~= expected or replaced then
+  return conflict()
+end
 local ms = string.format('%d', now)
-local wrote = #ARGV >= 10
 for i = 10, #ARGV, 3 do
   seq = seq + 1
-  redis.call('XADD', KEYS[1], string.format('%d', seq) .. '-0',
-    'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
+  local id = string.format('%d', seq) .. '-0'
+  if i == 10 and expected > 0 then
+    -- Nothing is written yet: a stream that is gone (false) or has moved past the head (an
+    -- error: the id is not after its last) is a conflict, decided by the stream.
+    local added = redis.pcall('XADD', KEYS[1], 'NOMKSTREAM', id,
+      'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
+    if not added or type(added) == 'table' then
+      return conflict()
+    end
+  else
+    redis.call('XADD', KEYS[1], id,
+      'type', ARGV[i], 'agent', ARGV[i + 1], 'data', ARGV[i + 2], 'ts', ms, 'v', ARGV[2])
+  end
+end
+if wrote then
+  -- Its ttl stays the stream's: a new head gets it with the others' below.
+  redis.call('SET', KEYS[4], string.format('%d ', seq) .. ms, 'KEEPTTL')
 end
 -- Reads never extend a session's life; every write does, for all of its keys: each is set to
 -- expire the retention after the write, give or take a window of a second (a hundredth of a
@@ -80,7 +122,7 @@ if wrote then
   local keep = tonumber(ARGV[6])
   local window = keep == 0 and 1000 or math.max(1, math.min(1000, math.floor(keep / 100)))
   local prev = tonumber(prev_ts or '-1')
-  local fresh = expected > 0 and prev >= 0 and math.floor(prev / window) == math.floor(now / window)
+  local fresh = head and expected > 0 and prev >= 0 and math.floor(prev / window) == math.floor(now / window)
   if marker then
     -- A few expired markers go with each new one, so the hash holds about the live ones.
     local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 8)
@@ -112,4 +154,4 @@ if ARGV[3] ~= '' and wrote then
   end
   redis.call('PUBLISH', ARGV[3], ARGV[4] .. ms .. rest)
 end
-return {1, seq, ms}
+return string.format('%d ', seq) .. ms

@@ -105,7 +105,11 @@ async fn a_delete_removes_the_sessions_keys_from_redis() {
     let app = spawn_replica(Some(&redis), "a").await;
     let sid = app.create_session().await;
     let pattern = format!("{}:{{{sid}}}*", redis.prefix);
-    assert_eq!(key_count(&redis, &pattern).await, 1);
+    assert_eq!(
+        key_count(&redis, &pattern).await,
+        2,
+        "a new session's log and its head"
+    );
     assert_eq!(delete(&app, &sid).await.status, 204);
     assert_eq!(key_count(&redis, &pattern).await, 0);
 }
@@ -239,4 +243,98 @@ async fn an_append_expecting_events_of_a_deleted_session_creates_nothing_on_redi
 #[tokio::test]
 async fn an_append_expecting_events_of_a_deleted_session_creates_nothing_on_memory() {
     an_append_to_a_gone_session_conflicts(&MemoryLog::default()).await;
+}
+
+/// The head of a session on Redis: `<seq> <ms>` of its last entry, as `append.lua` keeps it.
+async fn head(redis: &TestRedis, sid: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(format!("{}:{{{sid}}}:head", redis.prefix))
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap()
+}
+
+/// A replica of an earlier build appends without keeping the session's head (the seq and
+/// commit time of its last entry, which `append.lua` writes with each commit and a no-op
+/// check reads instead of the entry). A replica of this build neither answers a no-op nor
+/// commits on the log as it was before that append: both are told what the head missed, and
+/// the next commit writes the head again.
+#[tokio::test]
+async fn an_entry_appended_without_the_head_is_seen_by_the_next_decision() {
+    let redis = TestRedis::start().await;
+    let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
+    let sid = SessionId::parse("behind").unwrap();
+    let main = AgentId::root();
+    let select = |active| NewEvent::new(&main, EventKind::PlanSelect(PlanSelect { active }));
+    let anchor = |e: &dsh_plan::domain::Recorded| Anchor {
+        seq: e.seq(),
+        ts: e.committed_at,
+    };
+    let created = log
+        .append(&sid, Anchor::seq_only(0), &[select(true)], 60_000)
+        .await
+        .unwrap();
+    let Append::Committed(created) = created else {
+        panic!("{created:?}")
+    };
+    let first = anchor(&created[0]);
+    assert_eq!(
+        head(&redis, "behind").await,
+        Some(format!("1 {}", first.ts))
+    );
+    // An earlier build's append: the entry, and no head.
+    let _: String = redis::cmd("XADD")
+        .arg(redis.key("behind"))
+        .arg("2-0")
+        .arg("type")
+        .arg("plan/mode")
+        .arg("agent")
+        .arg("main")
+        .arg("data")
+        .arg(r#"{"active":false}"#)
+        .arg("ts")
+        .arg(first.ts + 1)
+        .arg("v")
+        .arg(1)
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap();
+    for events in [vec![], vec![select(true)]] {
+        let stale = log.append(&sid, first, &events, 60_000).await.unwrap();
+        assert!(
+            matches!(&stale, Append::Conflict { head: 2, missing } if missing.len() == 1
+                && missing[0].committed_at == first.ts + 1),
+            "{} events on the log before the earlier build's entry: {stale:?}",
+            events.len()
+        );
+    }
+    let second = Anchor {
+        seq: 2,
+        ts: first.ts + 1,
+    };
+    let next = log
+        .append(&sid, second, &[select(true)], 60_000)
+        .await
+        .unwrap();
+    let Append::Committed(next) = next else {
+        panic!("{next:?}")
+    };
+    assert_eq!(next[0].seq(), 3);
+    let third = anchor(&next[0]);
+    assert_eq!(
+        head(&redis, "behind").await,
+        Some(format!("3 {}", third.ts))
+    );
+    let noop = log.append(&sid, third, &[], 60_000).await.unwrap();
+    assert!(
+        matches!(&noop, Append::Committed(e) if e.is_empty()),
+        "{noop:?}"
+    );
+    for stale in [first, second] {
+        let noop = log.append(&sid, stale, &[], 60_000).await.unwrap();
+        assert!(
+            matches!(&noop, Append::Conflict { head: 3, .. }),
+            "{noop:?}"
+        );
+    }
 }

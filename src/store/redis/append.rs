@@ -64,6 +64,19 @@ impl RedisLog {
         let reply = eval(&mut conn, &self.append, &cmd)
             .await
             .map_err(|e| self.failed(e))?;
+        // A commit is answered with the session's new head alone (one value to parse).
+        if let Some(committed) = head_of(&reply) {
+            let committed = committed.ok_or_else(|| corrupt("?", "append reply has no head"))?;
+            if !events.is_empty() {
+                self.pressure.wrote();
+                self.replicated(sid, &mut conn).await?;
+            }
+            return Ok(Append::Committed(stamp(
+                events,
+                expected.seq + 1,
+                committed.ts,
+            )));
+        }
         let Value::Array(parts) = &reply else {
             return Err(corrupt("?", "append reply is not an array"));
         };
@@ -73,14 +86,6 @@ impl RedisLog {
         let head = int(head).ok_or_else(|| corrupt("?", "append reply has no head"))?;
         if int(ok) == Some(2) {
             return already(rest);
-        }
-        if int(ok) == Some(1) {
-            let ms = int(rest).ok_or_else(|| corrupt("?", "append reply has no time"))?;
-            if !events.is_empty() {
-                self.pressure.wrote();
-                self.replicated(sid, &mut conn).await?;
-            }
-            return Ok(Append::Committed(stamp(events, expected.seq + 1, ms)));
         }
         if head < expected.seq {
             return Ok(Append::Replaced);
@@ -106,11 +111,42 @@ impl RedisLog {
 }
 
 impl RedisLog {
-    /// Whether the session's log ends at the entry `anchor` names.
+    /// Whether the session's log ends at the entry `anchor` names. Two small replies in one
+    /// round trip instead of the entry itself: the session's head (the seq and commit time of
+    /// its last entry, kept by `append.lua`) names the anchor, and the stream holds nothing
+    /// after it (which a writer that does not keep the head, a replica of an earlier build,
+    /// would have added). A session without a head yet is judged by its last entry.
     async fn ends_at(&self, sid: &SessionId, anchor: Anchor) -> StoreResult<bool> {
         let mut conn = self.conn.here();
         let key = self.key(sid);
-        // Sized up front, as `evalsha` does: this read is half of what a busy replica sends.
+        let head_key = self.head_key(sid);
+        let after = format!("({}-0", anchor.seq);
+        let mut pipe = redis::Pipeline::with_capacity(2);
+        pipe.cmd("GET")
+            .arg(&head_key)
+            .cmd("XREVRANGE")
+            .arg(&key)
+            .arg("+")
+            .arg(after)
+            .arg("COUNT")
+            .arg(1);
+        let (head, later): (Value, Value) = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let moved_on = !matches!(&later, Value::Array(entries) if entries.is_empty());
+        match head_of(&head) {
+            Some(Some(head)) => return Ok(!moved_on && anchor.names(head)),
+            Some(None) => {
+                return Err(corrupt(
+                    sid.as_str(),
+                    "the session's head is not '<seq> <ms>'",
+                ))
+            }
+            None if moved_on => return Ok(false),
+            None => {}
+        }
+        // Sized up front, as `evalsha` does.
         let reply: Value = redis::Cmd::with_capacity(6, 32 + key.len())
             .arg("XREVRANGE")
             .arg(key)
@@ -150,6 +186,26 @@ impl RedisLog {
         }
         Ok(())
     }
+}
+
+/// A session's head (`<seq> <ms>`) when `value` is a string: `None` for anything else (no
+/// head), `Some(None)` for a string that is not one.
+fn head_of(value: &Value) -> Option<Option<Anchor>> {
+    let text = match value {
+        Value::BulkString(b) => b.as_slice(),
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => return None,
+    };
+    let parsed = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.split_once(' '))
+        .and_then(|(seq, ts)| {
+            Some(Anchor {
+                seq: seq.parse().ok()?,
+                ts: ts.parse().ok()?,
+            })
+        });
+    Some(parsed)
 }
 
 /// What a marker holds: `first last`, the seqs its request committed.
