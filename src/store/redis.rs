@@ -6,8 +6,8 @@
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
 //! and `XADD`s in one atomic step; the stream's own last id is the version, never `XLEN` (which
 //! is wrong after trimming), read through the session's head (`…:head`, the last entry's seq and
-//! commit time, written by the same script and trusted only as far as the stream agrees). The
-//! same script sets the session's retention as a TTL on each of
+//! commit time and the stream's length then, written by the same script and trusted only while
+//! the stream's length agrees). The same script sets the session's retention as a TTL on each of
 //! its keys ([`RedisLog::session_keys`]), and `delete.lua` removes them all. Live messages go
 //! out on the session's own channel (`live.rs`), so a replica hears only the sessions it has
 //! subscribers for; their payloads are encoded and decoded in `wire.rs`. A write Redis
@@ -117,10 +117,11 @@ impl RedisLog {
         ]
     }
 
-    /// The session's head: `<seq> <ms>`, the seq and commit time of its stream's last entry,
-    /// written by `append.lua` in the same step as the entry (a writer of an earlier build
-    /// leaves it behind the stream, which the script notices and repairs). Reading it tells
-    /// whether a log still ends where it was folded for a fraction of reading the entry.
+    /// The session's head: `<seq> <ms> <entries>`, the seq and commit time of its stream's
+    /// last entry and the stream's length then, written by `append.lua` in the same step as
+    /// the entry and trusted only while the stream's length agrees (`append.lua` says what
+    /// changes it). Reading it tells whether a log still ends where it was folded for a
+    /// fraction of reading the entry.
     fn head_key(&self, sid: &SessionId) -> String {
         session_name(&self.prefix, sid, "head")
     }

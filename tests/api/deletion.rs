@@ -245,7 +245,8 @@ async fn an_append_expecting_events_of_a_deleted_session_creates_nothing_on_memo
     an_append_to_a_gone_session_conflicts(&MemoryLog::default()).await;
 }
 
-/// The head of a session on Redis: `<seq> <ms>` of its last entry, as `append.lua` keeps it.
+/// The head of a session on Redis: `<seq> <ms> <entries>`, its last entry and the stream's
+/// length then, as `append.lua` keeps it.
 async fn head(redis: &TestRedis, sid: &str) -> Option<String> {
     redis::cmd("GET")
         .arg(format!("{}:{{{sid}}}:head", redis.prefix))
@@ -254,33 +255,42 @@ async fn head(redis: &TestRedis, sid: &str) -> Option<String> {
         .unwrap()
 }
 
-/// A replica of an earlier build appends without keeping the session's head (the seq and
-/// commit time of its last entry, which `append.lua` writes with each commit and a no-op
-/// check reads instead of the entry). A replica of this build neither answers a no-op nor
-/// commits on the log as it was before that append: both are told what the head missed, and
-/// the next commit writes the head again.
+fn select(active: bool) -> NewEvent {
+    NewEvent::new(
+        &AgentId::root(),
+        EventKind::PlanSelect(PlanSelect { active }),
+    )
+}
+
+fn anchor_of(e: &dsh_plan::domain::Recorded) -> Anchor {
+    Anchor {
+        seq: e.seq(),
+        ts: e.committed_at,
+    }
+}
+
+/// Appends `events` after `at`, which must commit; the anchor of the last one.
+async fn commit(log: &RedisLog, sid: &SessionId, at: Anchor, events: &[NewEvent]) -> Anchor {
+    match log.append(sid, at, events, 60_000).await.unwrap() {
+        Append::Committed(done) => anchor_of(done.last().unwrap()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A replica of an earlier build appends without keeping the session's head (its last entry
+/// and the stream's length, which `append.lua` writes with each commit and a no-op check reads
+/// instead of the entry). A replica of this build neither answers a no-op nor commits on the
+/// log as it was before that append: both are told what the head missed, and the next commit
+/// writes the head again.
 #[tokio::test]
 async fn an_entry_appended_without_the_head_is_seen_by_the_next_decision() {
     let redis = TestRedis::start().await;
     let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
     let sid = SessionId::parse("behind").unwrap();
-    let main = AgentId::root();
-    let select = |active| NewEvent::new(&main, EventKind::PlanSelect(PlanSelect { active }));
-    let anchor = |e: &dsh_plan::domain::Recorded| Anchor {
-        seq: e.seq(),
-        ts: e.committed_at,
-    };
-    let created = log
-        .append(&sid, Anchor::seq_only(0), &[select(true)], 60_000)
-        .await
-        .unwrap();
-    let Append::Committed(created) = created else {
-        panic!("{created:?}")
-    };
-    let first = anchor(&created[0]);
+    let first = commit(&log, &sid, Anchor::seq_only(0), &[select(true)]).await;
     assert_eq!(
         head(&redis, "behind").await,
-        Some(format!("1 {}", first.ts))
+        Some(format!("1 {} 1", first.ts))
     );
     // An earlier build's append: the entry, and no head.
     let _: String = redis::cmd("XADD")
@@ -312,18 +322,11 @@ async fn an_entry_appended_without_the_head_is_seen_by_the_next_decision() {
         seq: 2,
         ts: first.ts + 1,
     };
-    let next = log
-        .append(&sid, second, &[select(true)], 60_000)
-        .await
-        .unwrap();
-    let Append::Committed(next) = next else {
-        panic!("{next:?}")
-    };
-    assert_eq!(next[0].seq(), 3);
-    let third = anchor(&next[0]);
+    let third = commit(&log, &sid, second, &[select(true)]).await;
+    assert_eq!(third.seq, 3);
     assert_eq!(
         head(&redis, "behind").await,
-        Some(format!("3 {}", third.ts))
+        Some(format!("3 {} 3", third.ts))
     );
     let noop = log.append(&sid, third, &[], 60_000).await.unwrap();
     assert!(
@@ -337,4 +340,67 @@ async fn an_entry_appended_without_the_head_is_seen_by_the_next_decision() {
             "{noop:?}"
         );
     }
+}
+
+/// Redis loses the tail of a session's stream but not its head (as a restore of the stream
+/// key alone does), or the stream alone is gone (evicted, or deleted by an earlier build whose
+/// delete does not know the head): a no-op or a write on the log as it was is refused as a
+/// replaced log, nothing is appended after the loss, and a gone session stays gone.
+#[tokio::test]
+async fn a_stream_that_lost_entries_or_is_gone_is_not_taken_at_its_heads_word() {
+    let redis = TestRedis::start().await;
+    let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
+    let sid = SessionId::parse("lost").unwrap();
+    let key = redis.key("lost");
+    let mut conn = redis.conn().await;
+    let first = commit(&log, &sid, Anchor::seq_only(0), &[select(true)]).await;
+    let snapshot: Vec<u8> = redis::cmd("DUMP")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let second = commit(&log, &sid, first, &[select(false)]).await;
+    let _: () = redis::cmd("RESTORE")
+        .arg(&key)
+        .arg(0)
+        .arg(snapshot)
+        .arg("REPLACE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for events in [vec![], vec![select(true)]] {
+        let stale = log.append(&sid, second, &events, 60_000).await.unwrap();
+        assert!(
+            matches!(stale, Append::Replaced),
+            "{} events after an entry the stream lost: {stale:?}",
+            events.len()
+        );
+    }
+    let seqs: Vec<u64> = log
+        .read(&sid, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq())
+        .collect();
+    assert_eq!(seqs, [1], "nothing was appended after the loss");
+    // The log as it is now takes writes again.
+    let again = commit(&log, &sid, first, &[select(false)]).await;
+    assert_eq!(again.seq, 2);
+    // The stream alone goes.
+    let _: u64 = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(head(&redis, "lost").await.is_some());
+    for events in [vec![], vec![select(true)]] {
+        let gone = log.append(&sid, again, &events, 60_000).await.unwrap();
+        assert!(
+            matches!(gone, Append::Replaced),
+            "{} events on a stream that is gone: {gone:?}",
+            events.len()
+        );
+    }
+    assert!(log.read(&sid, 0, 10).await.unwrap().is_empty());
 }

@@ -66,7 +66,10 @@ impl RedisLog {
             .map_err(|e| self.failed(e))?;
         // A commit is answered with the session's new head alone (one value to parse).
         if let Some(committed) = head_of(&reply) {
-            let committed = committed.ok_or_else(|| corrupt("?", "append reply has no head"))?;
+            let last = expected.seq + events.len() as u64;
+            let committed = committed
+                .filter(|h| h.anchor.seq == last)
+                .ok_or_else(|| corrupt(sid.as_str(), "the append's reply is not its head"))?;
             if !events.is_empty() {
                 self.pressure.wrote();
                 self.replicated(sid, &mut conn).await?;
@@ -74,7 +77,7 @@ impl RedisLog {
             return Ok(Append::Committed(stamp(
                 events,
                 expected.seq + 1,
-                committed.ts,
+                committed.anchor.ts,
             )));
         }
         let Value::Array(parts) = &reply else {
@@ -113,38 +116,25 @@ impl RedisLog {
 impl RedisLog {
     /// Whether the session's log ends at the entry `anchor` names. Two small replies in one
     /// round trip instead of the entry itself: the session's head (the seq and commit time of
-    /// its last entry, kept by `append.lua`) names the anchor, and the stream holds nothing
-    /// after it (which a writer that does not keep the head, a replica of an earlier build,
-    /// would have added). A session without a head yet is judged by its last entry.
+    /// its last entry and the stream's length, kept by `append.lua`), trusted while the
+    /// stream's length still says so (see the script for what changes it). A session without
+    /// a head, or whose stream no longer agrees with it, is judged by its last entry.
     async fn ends_at(&self, sid: &SessionId, anchor: Anchor) -> StoreResult<bool> {
         let mut conn = self.conn.here();
         let key = self.key(sid);
-        let head_key = self.head_key(sid);
-        let after = format!("({}-0", anchor.seq);
         let mut pipe = redis::Pipeline::with_capacity(2);
         pipe.cmd("GET")
-            .arg(&head_key)
-            .cmd("XREVRANGE")
-            .arg(&key)
-            .arg("+")
-            .arg(after)
-            .arg("COUNT")
-            .arg(1);
-        let (head, later): (Value, Value) = pipe
+            .arg(self.head_key(sid))
+            .cmd("XLEN")
+            .arg(&key);
+        let (head, len): (Value, Value) = pipe
             .query_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
-        let moved_on = !matches!(&later, Value::Array(entries) if entries.is_empty());
-        match head_of(&head) {
-            Some(Some(head)) => return Ok(!moved_on && anchor.names(head)),
-            Some(None) => {
-                return Err(corrupt(
-                    sid.as_str(),
-                    "the session's head is not '<seq> <ms>'",
-                ))
+        if let Some(Some(head)) = head_of(&head) {
+            if head.len > 0 && int(&len) == Some(head.len) {
+                return Ok(anchor.names(head.anchor));
             }
-            None if moved_on => return Ok(false),
-            None => {}
         }
         // Sized up front, as `evalsha` does.
         let reply: Value = redis::Cmd::with_capacity(6, 32 + key.len())
@@ -188,23 +178,32 @@ impl RedisLog {
     }
 }
 
-/// A session's head (`<seq> <ms>`) when `value` is a string: `None` for anything else (no
-/// head), `Some(None)` for a string that is not one.
-fn head_of(value: &Value) -> Option<Option<Anchor>> {
+/// A session's head as `append.lua` keeps it: its last entry and the stream's length then.
+struct Head {
+    anchor: Anchor,
+    len: u64,
+}
+
+/// A session's head (`<seq> <ms> <entries>`) when `value` is a string: `None` for anything
+/// else (no head), `Some(None)` for a string that is not one.
+fn head_of(value: &Value) -> Option<Option<Head>> {
     let text = match value {
         Value::BulkString(b) => b.as_slice(),
         Value::SimpleString(s) => s.as_bytes(),
         _ => return None,
     };
-    let parsed = std::str::from_utf8(text)
-        .ok()
-        .and_then(|t| t.split_once(' '))
-        .and_then(|(seq, ts)| {
-            Some(Anchor {
-                seq: seq.parse().ok()?,
-                ts: ts.parse().ok()?,
-            })
-        });
+    let parsed = std::str::from_utf8(text).ok().and_then(|t| {
+        let mut parts = t.split(' ').map(str::parse::<u64>);
+        let (Some(Ok(seq)), Some(Ok(ts)), Some(Ok(len)), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        Some(Head {
+            anchor: Anchor { seq, ts },
+            len,
+        })
+    });
     Some(parsed)
 }
 
