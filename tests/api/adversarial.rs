@@ -85,13 +85,7 @@ async fn a_decision_is_never_committed_on_a_cache_that_the_log_has_replaced() {
     let a = spawn_replica(Some(&redis), "a").await;
     let b = spawn_replica(Some(&redis), "b").await;
     let sid = a.create_session().await;
-    let mut conn = redis.conn().await;
-    let key = redis.key(&sid);
-    let snapshot: Vec<u8> = redis::cmd("DUMP")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let snapshot = redis.snapshot(&sid).await;
     // A caches a session with `agent-1` in it (seq 2)...
     let spawned = a.spawn_agent(&sid, None).await.ok();
     assert_eq!(spawned["id"], "agent-1");
@@ -104,14 +98,7 @@ async fn a_decision_is_never_committed_on_a_cache_that_the_log_has_replaced() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     // ...which Redis then loses: it comes back from the snapshot taken at seq 1.
-    let _: () = redis::cmd("RESTORE")
-        .arg(&key)
-        .arg(0)
-        .arg(snapshot)
-        .arg("REPLACE")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    redis.lose_since(&sid, snapshot).await;
     // B writes seq 2 anew.
     b.set_plan(&sid, "main", true).await.ok();
     // A decides on its cache, in which agent-1 still exists.

@@ -354,20 +354,9 @@ async fn a_stream_that_lost_entries_or_is_gone_is_not_taken_at_its_heads_word() 
     let key = redis.key("lost");
     let mut conn = redis.conn().await;
     let first = commit(&log, &sid, Anchor::seq_only(0), &[select(true)]).await;
-    let snapshot: Vec<u8> = redis::cmd("DUMP")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let snapshot = redis.snapshot("lost").await;
     let second = commit(&log, &sid, first, &[select(false)]).await;
-    let _: () = redis::cmd("RESTORE")
-        .arg(&key)
-        .arg(0)
-        .arg(snapshot)
-        .arg("REPLACE")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    redis.lose_since("lost", snapshot).await;
     for events in [vec![], vec![select(true)]] {
         let stale = log.append(&sid, second, &events, 60_000).await.unwrap();
         assert!(

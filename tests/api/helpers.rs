@@ -161,6 +161,28 @@ impl TestRedis {
         format!("{}:{{{sid}}}:log", self.prefix)
     }
 
+    /// What the session's stream holds now (`DUMP`), for [`TestRedis::lose_since`].
+    pub async fn snapshot(&self, sid: &str) -> Vec<u8> {
+        redis::cmd("DUMP")
+            .arg(self.key(sid))
+            .query_async(&mut self.conn().await)
+            .await
+            .unwrap()
+    }
+
+    /// Redis loses what the session's stream gained since `snapshot` (`RESTORE … REPLACE` of
+    /// the stream key alone, as a failover to a replica that lagged can).
+    pub async fn lose_since(&self, sid: &str, snapshot: Vec<u8>) {
+        let _: () = redis::cmd("RESTORE")
+            .arg(self.key(sid))
+            .arg(0)
+            .arg(snapshot)
+            .arg("REPLACE")
+            .query_async(&mut self.conn().await)
+            .await
+            .unwrap();
+    }
+
     /// Stops the server abruptly. Only a server from [`TestRedis::start_private`] can be
     /// stopped: on a shared one this panics rather than let the test pass without the outage.
     #[track_caller]
