@@ -32,14 +32,15 @@
 -- conflict: an append never brings a session back.
 --
 -- The head (KEYS[4]) also holds how many entries the stream had then, and is trusted only
--- while the stream's length (`XLEN`, 0 for a stream that is gone) still says so: an entry lost
--- from the stream alone, one added by a writer that does not keep the head (a replica of an
--- earlier build), a compaction's trim or a stream that is gone all change it, and then the
--- stream's own last entry decides. The first entry also goes in with the id right after the
--- head's, which Redis refuses if the stream has moved past it even at an unchanged length (an
--- earlier build's entry and a trim of one); a head that disagrees with the stream is removed
--- and the next commit writes it again. What no check here sees: an earlier build's writes
--- exactly making up for entries the stream alone lost.
+-- while the stream's length (`XLEN`, 0 for a stream that is gone) is still that: a trim, an
+-- entry lost from the stream alone or one added by a writer that keeps no head (a replica of
+-- an earlier build) changes it, and then the stream's own last entry decides. The first entry
+-- also goes in with the id right after the head's, which Redis refuses if the stream has
+-- moved past the head even at an unchanged length; a head that disagrees with the stream is
+-- removed and the next commit writes it again. Redis loses keys together (a failover, an
+-- AOF or RDB restore roll the head back with its stream); what no check here sees is the
+-- stream key alone put back to an earlier state of the same length (restore it with its head,
+-- or delete the head: it is rebuilt from the stream).
 local function ts_of(entry)
   local fields = entry[2]
   for i = 1, #fields, 2 do

@@ -5,9 +5,10 @@
 //! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
 //! and `XADD`s in one atomic step; the stream's own last id is the version, never `XLEN` (which
-//! is wrong after trimming), read through the session's head (`…:head`, the last entry's seq and
-//! commit time and the stream's length then, written by the same script and trusted only while
-//! the stream's length agrees). The same script sets the session's retention as a TTL on each of
+//! is wrong after trimming). It is read through the session's head (`…:head`, the last entry's
+//! seq and commit time and the stream's length then, written by the same script), trusted only
+//! while the stream's length is the head's (any trim, loss or foreign write changes it; see the
+//! script). The same script sets the session's retention as a TTL on each of
 //! its keys ([`RedisLog::session_keys`]), and `delete.lua` removes them all. Live messages go
 //! out on the session's own channel (`live.rs`), so a replica hears only the sessions it has
 //! subscribers for; their payloads are encoded and decoded in `wire.rs`. A write Redis

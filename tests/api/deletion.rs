@@ -393,3 +393,49 @@ async fn a_stream_that_lost_entries_or_is_gone_is_not_taken_at_its_heads_word() 
     }
     assert!(log.read(&sid, 0, 10).await.unwrap().is_empty());
 }
+
+/// A compaction's trim shortens the stream, and a replica of an earlier build (which keeps no
+/// head) then appends as many entries as the trim removed: the stream has the head's length
+/// again but ends past it. The no-op check on the head's entry is not taken in.
+#[tokio::test]
+async fn an_earlier_builds_entries_after_a_trim_are_seen_by_the_no_op_check() {
+    let redis = TestRedis::start().await;
+    let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
+    let sid = SessionId::parse("trimmed").unwrap();
+    let key = redis.key("trimmed");
+    let mut conn = redis.conn().await;
+    let first = commit(&log, &sid, Anchor::seq_only(0), &[select(true)]).await;
+    let second = commit(&log, &sid, first, &[select(false)]).await;
+    assert_eq!(
+        head(&redis, "trimmed").await,
+        Some(format!("2 {} 2", second.ts))
+    );
+    let _: u64 = redis::cmd("XTRIM")
+        .arg(&key)
+        .arg("MINID")
+        .arg("2-0")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(&key)
+        .arg("3-0")
+        .arg("type")
+        .arg("plan/mode")
+        .arg("agent")
+        .arg("main")
+        .arg("data")
+        .arg(r#"{"active":true}"#)
+        .arg("ts")
+        .arg(second.ts + 1)
+        .arg("v")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let noop = log.append(&sid, second, &[], 60_000).await.unwrap();
+    assert!(
+        matches!(&noop, Append::Conflict { head: 3, missing } if missing.len() == 1),
+        "{noop:?}"
+    );
+}

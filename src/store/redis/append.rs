@@ -114,27 +114,39 @@ impl RedisLog {
 }
 
 impl RedisLog {
-    /// Whether the session's log ends at the entry `anchor` names. Two small replies in one
+    /// Whether the session's log ends at the entry `anchor` names. Three small replies in one
     /// round trip instead of the entry itself: the session's head (the seq and commit time of
-    /// its last entry and the stream's length, kept by `append.lua`), trusted while the
-    /// stream's length still says so (see the script for what changes it). A session without
-    /// a head, or whose stream no longer agrees with it, is judged by its last entry.
+    /// its last entry and the stream's length then, kept by `append.lua`), the stream's length
+    /// (which must still be the head's: 0 for a stream that is gone, another after an entry
+    /// lost or trimmed) and whatever follows the head's seq (which must be nothing: an entry
+    /// added by a writer that keeps no head, a replica of an earlier build). A session without
+    /// a head, or whose stream disagrees with it, is judged by its last entry.
     async fn ends_at(&self, sid: &SessionId, anchor: Anchor) -> StoreResult<bool> {
         let mut conn = self.conn.here();
         let key = self.key(sid);
-        let mut pipe = redis::Pipeline::with_capacity(2);
+        let mut pipe = redis::Pipeline::with_capacity(3);
         pipe.cmd("GET")
             .arg(self.head_key(sid))
             .cmd("XLEN")
-            .arg(&key);
-        let (head, len): (Value, Value) = pipe
+            .arg(&key)
+            .cmd("XREVRANGE")
+            .arg(&key)
+            .arg("+")
+            .arg(format!("({}-0", anchor.seq))
+            .arg("COUNT")
+            .arg(1);
+        let (head, len, after): (Value, Value, Value) = pipe
             .query_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
+        let nothing_after = matches!(&after, Value::Array(entries) if entries.is_empty());
         if let Some(Some(head)) = head_of(&head) {
-            if head.len > 0 && int(&len) == Some(head.len) {
-                return Ok(anchor.names(head.anchor));
+            if head.len > 0 && int(&len) == Some(head.len) && head.anchor.seq == anchor.seq {
+                return Ok(nothing_after && anchor.names(head.anchor));
             }
+        }
+        if !nothing_after {
+            return Ok(false);
         }
         // Sized up front, as `evalsha` does.
         let reply: Value = redis::Cmd::with_capacity(6, 32 + key.len())
