@@ -5,10 +5,7 @@
 //! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
 //! and `XADD`s in one atomic step; the stream's own last id is the version, never `XLEN` (which
-//! is wrong after trimming). It is read through the session's head (`…:head`, the last entry's
-//! seq and commit time and the stream's length then, written by the same script), trusted only
-//! while the stream's length is the head's (any trim, loss or foreign write changes it; see the
-//! script). The same script sets the session's retention as a TTL on each of
+//! is wrong after trimming). The same script sets the session's retention as a TTL on each of
 //! its keys ([`RedisLog::session_keys`]), and `delete.lua` removes them all. Live messages go
 //! out on the session's own channel (`live.rs`), so a replica hears only the sessions it has
 //! subscribers for; their payloads are encoded and decoded in `wire.rs`. A write Redis
@@ -106,25 +103,15 @@ impl RedisLog {
     }
 
     /// Every key of one session, its stream first, then its keyed requests' markers and their
-    /// expiry, then its head (`append.lua` relies on this order): an append keeps their TTLs
-    /// together and a delete removes them all, without searching for them. A new per-session
-    /// key belongs here (hash-tagged `{<sid>}`).
+    /// expiry (`append.lua` relies on this order): an append keeps their TTLs together and a
+    /// delete removes them all, without searching for them. A new per-session key belongs here
+    /// (hash-tagged `{<sid>}`).
     pub fn session_keys(&self, sid: &SessionId) -> Vec<String> {
         vec![
             self.key(sid),
             session_name(&self.prefix, sid, "idem"),
             session_name(&self.prefix, sid, "idem:exp"),
-            self.head_key(sid),
         ]
-    }
-
-    /// The session's head: `<seq> <ms> <entries>`, the seq and commit time of its stream's
-    /// last entry and the stream's length then, written by `append.lua` in the same step as
-    /// the entry and trusted only while the stream's length agrees (`append.lua` says what
-    /// changes it). Reading it tells whether a log still ends where it was folded for a
-    /// fraction of reading the entry.
-    fn head_key(&self, sid: &SessionId) -> String {
-        session_name(&self.prefix, sid, "head")
     }
 
     /// Redis's `maxmemory-policy`, or `None` when `CONFIG GET` is refused (managed Redis). Any

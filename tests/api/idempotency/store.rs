@@ -114,9 +114,8 @@ async fn a_marked_commit_happens_once_on_redis() {
             format!("{p}:{{probe}}:log"),
             format!("{p}:{{probe}}:idem"),
             format!("{p}:{{probe}}:idem:exp"),
-            format!("{p}:{{probe}}:head"),
         ],
-        "markers (and the head) live in their session's slot, among its keys"
+        "markers live in their session's slot, among its keys"
     );
     a_marked_commit_happens_once(Arc::new(log)).await;
     let mut conn = redis.conn().await;
