@@ -21,7 +21,8 @@
 --          for the script to encode the events itself (a large batch: its payloads are then
 --          sent once, not twice)
 -- ARGV[10..] per event: type, agent, data
--- Returns {1, last_seq, commit_ms} when committed (or, for no events, when still current),
+-- Returns '<last_seq> <commit_ms>' when committed (or, for no events, when still current: the
+-- time is then the script's), one value for the caller to parse,
 -- or {0, last_seq, entries} when the log has moved on or no longer holds the caller's last
 -- entry as it was folded (Redis lost data and the log grew back): `entries` starts with the
 -- entry at the expected seq (if any), so the caller can tell the two apart. A stream that is
@@ -112,4 +113,4 @@ if ARGV[3] ~= '' and wrote then
   end
   redis.call('PUBLISH', ARGV[3], ARGV[4] .. ms .. rest)
 end
-return {1, seq, ms}
+return string.format('%d ', seq) .. ms

@@ -64,6 +64,20 @@ impl RedisLog {
         let reply = eval(&mut conn, &self.append, &cmd)
             .await
             .map_err(|e| self.failed(e))?;
+        if let Value::BulkString(done) = &reply {
+            let last = expected.seq + events.len() as u64;
+            let ms = std::str::from_utf8(done)
+                .ok()
+                .and_then(|t| t.split_once(' '))
+                .filter(|(seq, _)| seq.parse() == Ok(last))
+                .and_then(|(_, ms)| ms.parse().ok())
+                .ok_or_else(|| corrupt(sid.as_str(), "the append's reply is not its commit"))?;
+            if !events.is_empty() {
+                self.pressure.wrote();
+                self.replicated(sid, &mut conn).await?;
+            }
+            return Ok(Append::Committed(stamp(events, expected.seq + 1, ms)));
+        }
         let Value::Array(parts) = &reply else {
             return Err(corrupt("?", "append reply is not an array"));
         };
@@ -73,14 +87,6 @@ impl RedisLog {
         let head = int(head).ok_or_else(|| corrupt("?", "append reply has no head"))?;
         if int(ok) == Some(2) {
             return already(rest);
-        }
-        if int(ok) == Some(1) {
-            let ms = int(rest).ok_or_else(|| corrupt("?", "append reply has no time"))?;
-            if !events.is_empty() {
-                self.pressure.wrote();
-                self.replicated(sid, &mut conn).await?;
-            }
-            return Ok(Append::Committed(stamp(events, expected.seq + 1, ms)));
         }
         if head < expected.seq {
             return Ok(Append::Replaced);
