@@ -24,6 +24,8 @@ use super::{Anchor, Append, EventLog, Mark, StoreResult};
 use crate::domain::{NewEvent, Recorded, SessionId};
 
 mod append;
+#[cfg(test)]
+mod codec_tests;
 mod conn;
 mod limits;
 mod live;
