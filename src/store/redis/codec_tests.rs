@@ -14,10 +14,24 @@ use tokio_util::codec::Decoder;
 fn reply() -> impl Strategy<Value = Vec<u8>> {
     let leaf = prop_oneof![
         Just(b"+OK\r\n".to_vec()),
-        "[ -~]{0,12}"
-            .prop_filter("no CRLF", |s| !s.contains('\r'))
+        // A lone CR or LF is part of a status line; only CRLF ends it.
+        "[ -~\r\n]{0,12}"
+            .prop_filter("no CRLF, no CR at the end", |s| {
+                !s.contains("\r\n") && !s.ends_with('\r')
+            })
             .prop_map(|s| format!("+{s}\r\n").into_bytes()),
-        any::<i64>().prop_map(|n| format!(":{n}\r\n").into_bytes()),
+        // Integers as Redis never sends them but the parsers accept: signed, padded.
+        (any::<i64>(), "[ +]?", " ?").prop_map(|(n, pad, tail)| {
+            let n = if pad == "+" {
+                n.checked_abs().unwrap_or(0)
+            } else {
+                n
+            };
+            format!(":{pad}{n}{tail}\r\n").into_bytes()
+        }),
+        Just(b"$-7\r\n".to_vec()),
+        Just(b"*-9\r\n".to_vec()),
+        Just(b"$ 2\r\nab\r\n".to_vec()),
         proptest::collection::vec(
             prop_oneof![
                 Just(b'\r'),
@@ -149,4 +163,64 @@ fn an_array_claiming_a_huge_length_waits_for_its_items_without_reserving_them() 
     let mut codec = ValueCodec::default();
     let mut buf = BytesMut::from(&b"*4000000000000\r\n:1\r\n:2\r\n"[..]);
     assert!(matches!(codec.decode(&mut buf), Ok(None)));
+}
+
+#[test]
+fn a_reply_as_deep_as_redis_allows_decodes_and_a_deeper_one_is_refused() {
+    let deepest = format!("{}:1\r\n", "*1\r\n".repeat(99));
+    let mut buf = BytesMut::from(deepest.as_bytes());
+    assert_eq!(
+        ValueCodec::default().decode(&mut buf).unwrap(),
+        Some(parse_redis_value(deepest.as_bytes()).unwrap())
+    );
+    let deeper = format!("{}:1\r\n", "*1\r\n".repeat(100));
+    assert!(parse_redis_value(deeper.as_bytes()).is_err());
+    let mut buf = BytesMut::from(deeper.as_bytes());
+    assert!(ValueCodec::default().decode(&mut buf).is_err());
+}
+
+#[test]
+fn a_reply_cut_short_by_the_end_of_the_stream_ends_it_as_before() {
+    // Whole tokens, then the end: the combine decoder had taken them all and saw a clean end
+    // (the connection then reports itself closed).
+    for cut in [&b"*2\r\n:1\r\n"[..], b"*3\r\n", b"$4\r\n"] {
+        let mut codec = ValueCodec::default();
+        let mut buf = BytesMut::from(cut);
+        assert!(matches!(codec.decode(&mut buf), Ok(None)));
+        assert!(
+            matches!(codec.decode_eof(&mut buf), Ok(None)),
+            "{:?}",
+            String::from_utf8_lossy(cut)
+        );
+    }
+    // Cut inside a token: a parse error, as before.
+    let mut codec = ValueCodec::default();
+    let mut buf = BytesMut::from(&b"$5\r\nab"[..]);
+    assert!(matches!(codec.decode(&mut buf), Ok(None)));
+    assert!(codec.decode_eof(&mut buf).is_err());
+}
+
+#[test]
+fn a_long_reply_leaves_no_long_buffer_behind() {
+    // 10,000 entries of 100 bytes (~1 MB), arriving in 64 KB reads, then a short reply.
+    let item = format!("$100\r\n{}\r\n", "x".repeat(100));
+    let mut stream = format!("*10000\r\n{}", item.repeat(10_000)).into_bytes();
+    stream.extend_from_slice(b":7\r\n");
+    let mut codec = ValueCodec::default();
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut values = Vec::new();
+    for piece in stream.chunks(64 * 1024) {
+        buf.extend_from_slice(piece);
+        while let Some(value) = codec.decode(&mut buf).unwrap() {
+            values.push(value);
+        }
+    }
+    assert!(
+        matches!(&values[..], [redis::Value::Array(items), redis::Value::Int(7)] if items.len() == 10_000)
+    );
+    assert!(
+        buf.capacity() <= 64 * 1024,
+        "the buffer kept {} bytes",
+        buf.capacity()
+    );
 }

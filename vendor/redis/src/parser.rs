@@ -371,6 +371,8 @@ mod fast {
         open: Vec<(Vec<Value>, usize)>,
         /// Where the next value starts.
         at: usize,
+        /// How far the line of the value at `at` was searched for its CRLF in vain.
+        searched: usize,
     }
 
     enum Token {
@@ -378,68 +380,88 @@ mod fast {
         Array(usize),
     }
 
-    /// The line starting at `at` (up to the first CRLF) and where the next one starts.
-    fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
-        let rest = &buf[at..];
-        let mut from = 0;
-        while let Some(i) = rest[from..].iter().position(|&b| b == b'\r') {
+    enum Read {
+        /// The token and where what follows it starts.
+        Token(Token, usize),
+        /// The buffer ends first; the line being read has no CRLF before `searched`.
+        More { searched: usize },
+        /// Not for this parser.
+        Other,
+    }
+
+    /// The line starting at `at` (up to the first CRLF) and where the next one starts, or how
+    /// far it was searched in vain; the search starts at `from` (what came before was
+    /// searched already).
+    fn line(buf: &[u8], at: usize, from: usize) -> Result<(&[u8], usize), usize> {
+        let mut from = from.max(at);
+        while let Some(i) = buf[from..].iter().position(|&b| b == b'\r') {
             let cr = from + i;
-            match rest.get(cr + 1) {
-                Some(b'\n') => return Some((&rest[..cr], at + cr + 2)),
+            match buf.get(cr + 1) {
+                Some(b'\n') => return Ok((&buf[at..cr], cr + 2)),
                 Some(_) => from = cr + 1,
-                None => return None,
+                // Only this CR, the last byte, is searched again.
+                None => return Err(cr),
             }
         }
-        None
+        Err(buf.len())
     }
 
     fn int(line: &[u8]) -> Option<i64> {
         std::str::from_utf8(line).ok()?.trim().parse().ok()
     }
 
-    /// The value or array header starting at `at`, and where what follows it starts: `None`
-    /// when the buffer ends first, `Some(Err(()))` when it is not for this parser.
-    fn token(buf: &[u8], at: usize) -> Option<Result<(Token, usize), ()>> {
-        let kind = *buf.get(at)?;
-        let (line, next) = line(buf, at + 1)?;
+    /// The value or array header starting at `at`, its line searched up to `from` already.
+    fn token(buf: &[u8], at: usize, from: usize) -> Read {
+        let Some(&kind) = buf.get(at) else {
+            return Read::More { searched: at };
+        };
+        if !matches!(kind, b'+' | b':' | b'$' | b'*') {
+            return Read::Other;
+        }
+        let (line, next) = match line(buf, at + 1, from) {
+            Ok(read) => read,
+            Err(searched) => return Read::More { searched },
+        };
         let token = match kind {
             b'+' => match std::str::from_utf8(line) {
                 Ok("OK") => Token::Value(Value::Okay),
                 Ok(text) => Token::Value(Value::SimpleString(text.into())),
-                Err(_) => return Some(Err(())),
+                Err(_) => return Read::Other,
             },
             b':' => match int(line) {
                 Some(n) => Token::Value(Value::Int(n)),
-                None => return Some(Err(())),
+                None => return Read::Other,
             },
             b'$' => match int(line) {
                 Some(n) if n < 0 => Token::Value(Value::Nil),
                 Some(n) => {
                     let Some(end) = usize::try_from(n).ok().and_then(|n| next.checked_add(n))
                     else {
-                        return Some(Err(()));
+                        return Read::Other;
                     };
-                    return match buf.get(end..end.checked_add(2)?)? {
-                        b"\r\n" => Some(Ok((
+                    // The header is read again when the rest arrives (one short line).
+                    return match buf.get(end..).unwrap_or_default() {
+                        [] | [b'\r'] => Read::More { searched: at },
+                        [b'\r', b'\n', ..] => Read::Token(
                             Token::Value(Value::BulkString(buf[next..end].to_vec())),
                             end + 2,
-                        ))),
-                        _ => Some(Err(())),
+                        ),
+                        _ => Read::Other,
                     };
                 }
-                None => return Some(Err(())),
+                None => return Read::Other,
             },
             b'*' => match int(line) {
                 Some(n) if n < 0 => Token::Value(Value::Nil),
                 Some(n) => match usize::try_from(n) {
                     Ok(n) => Token::Array(n),
-                    Err(_) => return Some(Err(())),
+                    Err(_) => return Read::Other,
                 },
-                None => return Some(Err(())),
+                None => return Read::Other,
             },
-            _ => return Some(Err(())),
+            _ => return Read::Other,
         };
-        Some(Ok((token, next)))
+        Read::Token(token, next)
     }
 
     impl Progress {
@@ -453,22 +475,27 @@ mod fast {
                     *self = Self::default();
                     return Step::Other;
                 }
-                let (token, next) = match token(buf, self.at) {
-                    None => return Step::Incomplete,
-                    Some(Err(())) => {
+                let (token, next) = match token(buf, self.at, self.searched) {
+                    Read::Token(token, next) => (token, next),
+                    Read::More { searched } => {
+                        self.searched = searched;
+                        return Step::Incomplete;
+                    }
+                    Read::Other => {
                         *self = Self::default();
                         return Step::Other;
                     }
-                    Some(Ok(read)) => read,
                 };
                 self.at = next;
+                self.searched = next;
                 let mut value = match token {
                     Token::Value(value) => value,
                     Token::Array(0) => Value::Array(Vec::new()),
                     Token::Array(n) => {
                         // Each item takes at least three bytes: a claimed length never
-                        // reserves more than what has arrived could hold.
-                        let items = Vec::with_capacity(n.min((buf.len() - next) / 3));
+                        // reserves more than what has arrived could hold, nor more than a
+                        // few pages.
+                        let items = Vec::with_capacity(n.min((buf.len() - next) / 3).min(1024));
                         self.open.push((items, n));
                         continue;
                     }
@@ -501,6 +528,9 @@ mod aio_support {
     use tokio::io::AsyncRead;
     use tokio_util::codec::{Decoder, Encoder};
 
+    /// A buffer grown past this for a reply is given back once the reply is decoded.
+    const LONG_REPLY: usize = 64 * 1024;
+
     /// Decodes Redis replies out of an async byte stream.
     ///
     /// Harness-visible through the `doc(hidden)` re-export in `lib.rs` so the
@@ -518,19 +548,34 @@ mod aio_support {
     impl ValueCodec {
         fn decode_stream(&mut self, bytes: &mut BytesMut, eof: bool) -> RedisResult<Option<Value>> {
             // Replies of the usual kinds are parsed directly; the rest (RESP3 types, errors,
-            // anything malformed, a reply cut short by the end of the stream) goes to the
-            // combine parser, from the reply's start, as before.
+            // anything malformed) goes to the combine parser, from the reply's start, as before.
             if !self.partial && !bytes.is_empty() {
                 match self.fast.resume(&bytes[..]) {
                     fast::Step::Done(value, len) => {
                         bytes.advance(len);
+                        // A long reply grew the buffer: its memory goes with it, as it did
+                        // when the combine parser took each item from the buffer as it came.
+                        if bytes.capacity() > LONG_REPLY && bytes.len() <= LONG_REPLY {
+                            *bytes = BytesMut::from(&bytes[..]);
+                        }
                         return Ok(Some(value));
                     }
                     fast::Step::Incomplete if !eof => return Ok(None),
-                    fast::Step::Incomplete => self.fast = fast::Progress::default(),
+                    fast::Step::Incomplete => {
+                        // Cut short by the end of the stream: the combine parser reads what
+                        // arrived as it would have while it arrived, then sees the end.
+                        self.fast = fast::Progress::default();
+                        if let Some(value) = self.combine(bytes, false)? {
+                            return Ok(Some(value));
+                        }
+                    }
                     fast::Step::Other => {}
                 }
             }
+            self.combine(bytes, eof)
+        }
+
+        fn combine(&mut self, bytes: &mut BytesMut, eof: bool) -> RedisResult<Option<Value>> {
             let started = !bytes.is_empty();
             let (opt, removed_len) = {
                 let buffer = &bytes[..];
