@@ -11,8 +11,8 @@
 #   (clients/typescript), each pinned in its lockfile;
 # - python3-venv, for the deploy checks (scripts/validate-deploy.sh: Kubernetes manifests,
 #   compose, Dockerfile), pinned in scripts/deploy-requirements.txt;
-# - patch, pkg-config and OpenSSL's headers, for the vendored actix-http's check and its own
-#   tests (scripts/check-vendor.sh).
+# - patch, pkg-config and OpenSSL's headers, for the vendored crates' check and actix-http's
+#   own tests (scripts/check-vendor.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,9 +47,9 @@ bash scripts/lint-openapi.sh
 echo "== deploy checks (Kubernetes manifests against pinned API schemas, compose, Dockerfile)"
 bash scripts/validate-deploy.sh
 
-echo "== vendored actix-http (vendor/README.md: built from vendor/, the published crate + its patch, its tests)"
-# Its own tests build openssl-sys (its dev-dependencies' TLS tests): OpenSSL's headers and
-# pkg-config; `patch` applies vendor/actix-http.patch.
+echo "== vendored actix-http and redis (vendor/README.md: built from vendor/, the published crates + their patches, actix-http's tests)"
+# actix-http's own tests build openssl-sys (its dev-dependencies' TLS tests): OpenSSL's headers
+# and pkg-config; `patch` applies vendor/*.patch.
 command -v patch >/dev/null 2>&1 || apt_install patch
 { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openssl; } || apt_install pkg-config libssl-dev
 bash scripts/check-vendor.sh
