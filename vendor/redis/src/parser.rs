@@ -344,11 +344,11 @@ macro_rules! to_redis_err {
     };
 }
 
-/// Direct parsing of replies made of simple strings, integers, bulk strings and arrays of them
-/// (nearly every reply), producing what the combine parser produces for them. A reply still
+/// Direct parsing of replies made of simple strings, errors, integers, bulk strings and arrays
+/// of them (nearly every reply), producing what the combine parser produces for them. A reply still
 /// arriving is resumed where it stopped when more arrives, so a long one costs one pass
-/// whatever the pieces it comes in. Anything else (errors, RESP3 types), or anything the
-/// combine parser would refuse, is left to that parser, from the reply's start.
+/// whatever the pieces it comes in. Anything else (RESP3 types), or anything the combine parser
+/// would refuse, is left to that parser, from the reply's start.
 #[cfg(feature = "aio")]
 mod fast {
     use super::MAX_RECURSE_DEPTH;
@@ -373,6 +373,8 @@ mod fast {
         at: usize,
         /// How far the line of the value at `at` was searched for its CRLF in vain.
         searched: usize,
+        /// The value at `at` is a bulk string whose body (from, to) has not all arrived.
+        body: Option<(usize, usize)>,
     }
 
     enum Token {
@@ -385,6 +387,8 @@ mod fast {
         Token(Token, usize),
         /// The buffer ends first; the line being read has no CRLF before `searched`.
         More { searched: usize },
+        /// A bulk string's header, its body (from, to) not all arrived.
+        Body(usize, usize),
         /// Not for this parser.
         Other,
     }
@@ -415,7 +419,7 @@ mod fast {
         let Some(&kind) = buf.get(at) else {
             return Read::More { searched: at };
         };
-        if !matches!(kind, b'+' | b':' | b'$' | b'*') {
+        if !matches!(kind, b'+' | b'-' | b':' | b'$' | b'*') {
             return Read::Other;
         }
         let (line, next) = match line(buf, at + 1, from) {
@@ -426,6 +430,10 @@ mod fast {
             b'+' => match std::str::from_utf8(line) {
                 Ok("OK") => Token::Value(Value::Okay),
                 Ok(text) => Token::Value(Value::SimpleString(text.into())),
+                Err(_) => return Read::Other,
+            },
+            b'-' => match std::str::from_utf8(line) {
+                Ok(text) => Token::Value(Value::ServerError(super::err_parser(text))),
                 Err(_) => return Read::Other,
             },
             b':' => match int(line) {
@@ -439,15 +447,7 @@ mod fast {
                     else {
                         return Read::Other;
                     };
-                    // The header is read again when the rest arrives (one short line).
-                    return match buf.get(end..).unwrap_or_default() {
-                        [] | [b'\r'] => Read::More { searched: at },
-                        [b'\r', b'\n', ..] => Read::Token(
-                            Token::Value(Value::BulkString(buf[next..end].to_vec())),
-                            end + 2,
-                        ),
-                        _ => Read::Other,
-                    };
+                    return body(buf, next, end);
                 }
                 None => return Read::Other,
             },
@@ -464,6 +464,18 @@ mod fast {
         Read::Token(token, next)
     }
 
+    /// The bulk string whose body runs from `from` to `to`.
+    fn body(buf: &[u8], from: usize, to: usize) -> Read {
+        match buf.get(to..).unwrap_or_default() {
+            [] | [b'\r'] => Read::Body(from, to),
+            [b'\r', b'\n', ..] => Read::Token(
+                Token::Value(Value::BulkString(buf[from..to].to_vec())),
+                to + 2,
+            ),
+            _ => Read::Other,
+        }
+    }
+
     impl Progress {
         /// Goes on reading the reply at the start of `buf`, which holds what it held at the
         /// last call and maybe more.
@@ -475,10 +487,18 @@ mod fast {
                     *self = Self::default();
                     return Step::Other;
                 }
-                let (token, next) = match token(buf, self.at, self.searched) {
+                let read = match self.body {
+                    Some((from, to)) => body(buf, from, to),
+                    None => token(buf, self.at, self.searched),
+                };
+                let (token, next) = match read {
                     Read::Token(token, next) => (token, next),
                     Read::More { searched } => {
                         self.searched = searched;
+                        return Step::Incomplete;
+                    }
+                    Read::Body(from, to) => {
+                        self.body = Some((from, to));
                         return Step::Incomplete;
                     }
                     Read::Other => {
@@ -488,6 +508,7 @@ mod fast {
                 };
                 self.at = next;
                 self.searched = next;
+                self.body = None;
                 let mut value = match token {
                     Token::Value(value) => value,
                     Token::Array(0) => Value::Array(Vec::new()),
@@ -528,7 +549,7 @@ mod aio_support {
     use tokio::io::AsyncRead;
     use tokio_util::codec::{Decoder, Encoder};
 
-    /// A buffer grown past this for a reply is given back once the reply is decoded.
+    /// A buffer that held a reply longer than this is given back once the reply is decoded.
     const LONG_REPLY: usize = 64 * 1024;
 
     /// Decodes Redis replies out of an async byte stream.
@@ -547,16 +568,19 @@ mod aio_support {
 
     impl ValueCodec {
         fn decode_stream(&mut self, bytes: &mut BytesMut, eof: bool) -> RedisResult<Option<Value>> {
-            // Replies of the usual kinds are parsed directly; the rest (RESP3 types, errors,
-            // anything malformed) goes to the combine parser, from the reply's start, as before.
+            // Replies of the usual kinds are parsed directly; the rest (RESP3 types, anything
+            // malformed) goes to the combine parser, from the reply's start, as before.
             if !self.partial && !bytes.is_empty() {
                 match self.fast.resume(&bytes[..]) {
                     fast::Step::Done(value, len) => {
                         bytes.advance(len);
                         // A long reply grew the buffer: its memory goes with it, as it did
-                        // when the combine parser took each item from the buffer as it came.
-                        if bytes.capacity() > LONG_REPLY && bytes.len() <= LONG_REPLY {
-                            *bytes = BytesMut::from(&bytes[..]);
+                        // when the combine parser took each item from the buffer as it came
+                        // (a buffer the size of a usual read stays).
+                        if len > LONG_REPLY && bytes.len() <= LONG_REPLY {
+                            let mut rest = BytesMut::with_capacity(bytes.len().max(8 * 1024));
+                            rest.extend_from_slice(bytes);
+                            *bytes = rest;
                         }
                         return Ok(Some(value));
                     }
