@@ -27,6 +27,7 @@ mod append;
 #[cfg(test)]
 mod codec_tests;
 mod conn;
+mod direct;
 mod limits;
 mod live;
 mod requests;

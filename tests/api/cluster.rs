@@ -101,3 +101,66 @@ async fn a_primary_killed_during_writes_fails_over_and_no_acknowledged_write_is_
         "the outage was never seen: the primary of the written slot was not the one killed"
     );
 }
+
+/// `calls` of `EVALSHA` in the node's `INFO commandstats`.
+async fn scripts_run(port: u16) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_slot_moves_to_another_primary_keeps_taking_writes_there() {
+    let cluster = TestCluster::start(3, 0, 1000).await;
+    let redis = cluster.redis();
+    let app = Arc::new(spawn_with(Some(&redis), "a", |_| {}).await);
+    let sid = app.create_session().await;
+    let key = redis.key(&sid);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn(toggle_until(app.clone(), sid.clone(), stop.clone()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.events_of_type(&sid, "plan/mode").await.len() < 5 {
+        assert!(Instant::now() < deadline, "no write went through");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // While writes run: the slot is migrated key by key (commands meet ASK), then given to
+    // the new primary (commands sent to the old one meet MOVED).
+    let (from, to) = cluster.move_slot(&key).await;
+    let moved = app.events_of_type(&sid, "plan/mode").await.len();
+    let ran_there = scripts_run(to).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.events_of_type(&sid, "plan/mode").await.len() < moved + 10 {
+        assert!(
+            Instant::now() < deadline,
+            "writes stopped after the slot moved from {from} to {to}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (acked, refused) = writer.await.unwrap();
+    assert_eq!(
+        refused, 0,
+        "a write failed while its slot moved from {from} to {to}"
+    );
+    assert!(
+        scripts_run(to).await >= ran_there + 10,
+        "the writes after the move did not run on the new primary ({to})"
+    );
+    let log = app.events(&sid).await;
+    for (id, active) in acked {
+        assert!(
+            log.iter()
+                .any(|e| e["id"] == id.as_str() && e["data"] == json!({"active": active})),
+            "acknowledged write {id} is not in the log"
+        );
+    }
+}

@@ -3,7 +3,8 @@
 //! or any URL with `DSH_REDIS_CLUSTER=true`) through the redis crate's async cluster client.
 //! [`Conn`] is either, and is what every command of the store is sent on: a cluster routes
 //! each command (and each script invocation) by its first key, so everything else is the same
-//! code on both.
+//! code on both. On a cluster, a command for one key (a script's, a log read) goes straight to
+//! the primary serving the key's slot, the rest through the cluster client ([`Routed`]).
 //!
 //! Commands from an HTTP worker thread (its requests and the tasks they start) go on that
 //! thread's own connection (to the node, or a cluster client of its own) once it is open (see
@@ -30,6 +31,8 @@ use redis::{
     RedisFuture, RedisResult, Value,
 };
 use tokio::sync::mpsc::UnboundedSender;
+
+use super::direct::Routed;
 
 /// Redis answers a command within this or the request fails with 503.
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -89,7 +92,8 @@ impl Target {
             }
             Self::Cluster(nodes) => {
                 let client = cluster_builder(nodes).build()?;
-                Ok(Link::Cluster(client.get_async_connection().await?))
+                let cluster = client.get_async_connection().await?;
+                Ok(Link::Routed(Routed::new(cluster, nodes[0].clone()).await))
             }
         }
     }
@@ -174,7 +178,10 @@ pub struct Conn {
 #[derive(Clone)]
 enum Link {
     Single(ConnectionManager),
+    /// A subscriber's.
     Cluster(ClusterConnection),
+    /// Commands sent on: one-key commands straight to their slot's primary.
+    Routed(Routed),
 }
 
 impl From<Link> for Conn {
@@ -234,7 +241,7 @@ impl Conn {
     }
 
     pub fn is_cluster(&self) -> bool {
-        matches!(self.link, Link::Cluster(_))
+        matches!(self.link, Link::Cluster(_) | Link::Routed(_))
     }
 
     /// The connection to send commands on from this thread: on a thread that keeps its own
@@ -305,6 +312,10 @@ impl Conn {
                 let reply = conn.route_command(cmd, routing).await?;
                 redis::from_redis_value(reply).map_err(Into::into)
             }
+            Link::Routed(conn) => {
+                let reply = conn.wait(key, cmd).await?;
+                redis::from_redis_value(reply).map_err(Into::into)
+            }
         }
     }
 
@@ -313,6 +324,7 @@ impl Conn {
         match &mut self.link {
             Link::Single(conn) => conn.subscribe(channel).await,
             Link::Cluster(conn) => conn.ssubscribe(channel).await,
+            Link::Routed(conn) => conn.cluster.ssubscribe(channel).await,
         }
     }
 
@@ -320,6 +332,7 @@ impl Conn {
         match &mut self.link {
             Link::Single(conn) => conn.unsubscribe(channel).await,
             Link::Cluster(conn) => conn.sunsubscribe(channel).await,
+            Link::Routed(conn) => conn.cluster.sunsubscribe(channel).await,
         }
     }
 }
@@ -329,6 +342,7 @@ impl ConnectionLike for Conn {
         match &mut self.link {
             Link::Single(conn) => conn.req_packed_command(cmd),
             Link::Cluster(conn) => conn.req_packed_command(cmd),
+            Link::Routed(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -341,6 +355,7 @@ impl ConnectionLike for Conn {
         match &mut self.link {
             Link::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Link::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Link::Routed(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -348,6 +363,7 @@ impl ConnectionLike for Conn {
         match &self.link {
             Link::Single(conn) => conn.get_db(),
             Link::Cluster(conn) => conn.get_db(),
+            Link::Routed(conn) => conn.get_db(),
         }
     }
 }

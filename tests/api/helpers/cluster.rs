@@ -174,6 +174,93 @@ impl TestCluster {
         })
     }
 
+    /// Moves the slot of `key` (with its keys) from its primary to another one, as
+    /// `redis-cli --cluster reshard` does: importing on the target, migrating on the source,
+    /// the keys moved with `MIGRATE`, then the slot given to the target on every primary.
+    /// Returns (from, to) ports.
+    pub async fn move_slot(&self, key: &str) -> (u16, u16) {
+        let (port, slot) = self.slot_of(key).await;
+        let from = self
+            .master_of_slot(port, slot)
+            .await
+            .expect("the slot has a primary");
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut node(from).await)
+            .await
+            .unwrap();
+        // (id, port) of every primary.
+        let masters: Vec<(String, u16)> = nodes
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                if !fields.get(2)?.contains("master") {
+                    return None;
+                }
+                let port = fields[1]
+                    .split('@')
+                    .next()?
+                    .rsplit(':')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                Some((fields[0].to_owned(), port))
+            })
+            .collect();
+        let id_of = |port: u16| masters.iter().find(|m| m.1 == port).unwrap().0.clone();
+        let to = masters
+            .iter()
+            .map(|m| m.1)
+            .find(|&p| p != from)
+            .expect("another primary");
+        let (from_id, to_id) = (id_of(from), id_of(to));
+        let setslot = |state: &str, id: &str| {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+            cmd
+        };
+        let mut source = node(from).await;
+        let mut target = node(to).await;
+        let _: () = setslot("IMPORTING", &from_id)
+            .query_async(&mut target)
+            .await
+            .unwrap();
+        let _: () = setslot("MIGRATING", &to_id)
+            .query_async(&mut source)
+            .await
+            .unwrap();
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query_async(&mut source)
+                .await
+                .unwrap();
+            if keys.is_empty() {
+                break;
+            }
+            let _: redis::Value = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(to)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query_async(&mut source)
+                .await
+                .unwrap();
+        }
+        for (_, port) in &masters {
+            let _: () = setslot("NODE", &to_id)
+                .query_async(&mut node(*port).await)
+                .await
+                .unwrap();
+        }
+        (from, to)
+    }
+
     fn live_port(&self) -> u16 {
         self.nodes
             .iter()

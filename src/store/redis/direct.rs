@@ -1,0 +1,428 @@
+//! A cluster link that sends a command for one key straight to the primary serving the key's
+//! slot, on a connection of its own, instead of through the cluster client's routing task.
+//!
+//! Why: through the cluster client every command crosses one more task each way (a channel to
+//! the routing task, a oneshot back) and is copied once more; on this machine that made a
+//! session write cost the replica ~30 % more than on one node, and every Redis node wake up for
+//! fewer commands at a time (measured in README.md, "Benchmarks").
+//!
+//! What stays with the cluster client: commands without a key this module knows where to find
+//! (see [`first_key`]), pipelines, `WAIT` after a write that went through it, subscriptions,
+//! and every command whose direct attempt meets anything the cluster client would retry
+//! (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, a dropped or refused connection, a timeout; see
+//! [`redis::RedisError::retry_method`]). Such an attempt did not run (a redirect) or may have
+//! run (a connection lost with the command on it): the cluster client then does what it does
+//! with any command it sent itself and lost the same way, which is to send it again. The node
+//! is then left out until the routes are read again (`CLUSTER SLOTS`, at most once a second
+//! while commands fall back), so a failover or a moved slot costs one fallback per command in
+//! flight, not a failed request.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    Arg, AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture,
+    RedisResult, RetryMethod, Value,
+};
+
+use super::conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+
+/// Hash slots of a Redis Cluster.
+const SLOTS: usize = 16384;
+/// While commands fall back to the cluster client, the routes are read again at most this
+/// often.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// Commands whose key is their first argument, and that touch no other key: sent directly.
+/// (The rest of the store's commands are rare or multi-key, and go through the cluster client.)
+const ONE_KEY: [&[u8]; 8] = [
+    b"XRANGE",
+    b"XREVRANGE",
+    b"XLEN",
+    b"GET",
+    b"HGET",
+    b"HMGET",
+    b"HGETALL",
+    b"ZSCORE",
+];
+
+/// A cluster connection whose one-key commands go straight to their slot's primary.
+#[derive(Clone)]
+pub(super) struct Routed {
+    pub(super) cluster: ClusterConnection,
+    table: Arc<Table>,
+    /// The node connection this handle's last command went on directly (`None`: through the
+    /// cluster client): a `WAIT` must follow its write on the same connection.
+    last: Option<MultiplexedConnection>,
+}
+
+struct Table {
+    /// A seed node's settings (credentials, database): every node is reached with them.
+    template: ConnectionInfo,
+    routes: RwLock<Arc<Routes>>,
+    refreshing: AtomicBool,
+    refreshed: Mutex<Option<Instant>>,
+}
+
+#[derive(Default)]
+struct Routes {
+    /// Per slot: 1 + the index of its primary in `nodes`; 0 when not known.
+    slots: Vec<u16>,
+    nodes: Vec<Node>,
+}
+
+struct Node {
+    addr: (String, u16),
+    /// `None`: not reachable when the routes were read.
+    conn: Option<MultiplexedConnection>,
+    /// Set when a command sent to it met something the cluster client would retry: its slots
+    /// go through the cluster client until the routes are read again.
+    left_out: AtomicBool,
+}
+
+impl Routed {
+    /// Reads the cluster's routes through `cluster` and connects to each primary (on the
+    /// calling runtime). Routes that cannot be read yet leave every command to the cluster
+    /// client until they can.
+    pub(super) async fn new(cluster: ClusterConnection, template: ConnectionInfo) -> Self {
+        let table = Arc::new(Table {
+            template,
+            routes: RwLock::new(Arc::default()),
+            refreshing: AtomicBool::new(false),
+            refreshed: Mutex::new(None),
+        });
+        let mut routed = Self {
+            cluster,
+            table,
+            last: None,
+        };
+        if let Ok(routes) = read_routes(&mut routed.cluster, &routed.table, None).await {
+            *routed.table.write() = Arc::new(routes);
+            *routed
+                .table
+                .refreshed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        }
+        routed
+    }
+
+    /// The node connection a command for `cmd`'s key goes on, if it goes directly; `Err(true)`
+    /// when it has a key whose slot has no usable route (the routes want reading again).
+    fn direct(&self, cmd: &Cmd) -> Result<(MultiplexedConnection, Arc<Routes>, usize), bool> {
+        let key = first_key(cmd).ok_or(false)?;
+        let routes = self.table.read();
+        let at = routes.slots.get(usize::from(key_slot(key))).copied();
+        let Some(i) = at.and_then(|at| usize::from(at).checked_sub(1)) else {
+            return Err(true);
+        };
+        let node = &routes.nodes[i];
+        match &node.conn {
+            Some(conn) if !node.left_out.load(Ordering::Relaxed) => Ok((conn.clone(), routes, i)),
+            _ => Err(true),
+        }
+    }
+
+    /// Reads the routes again in the background, unless that is under way or was done less
+    /// than [`REFRESH_EVERY`] ago.
+    fn refresh(&self) {
+        {
+            let mut refreshed = self
+                .table
+                .refreshed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if refreshed.is_some_and(|at| at.elapsed() < REFRESH_EVERY)
+                || self.table.refreshing.swap(true, Ordering::AcqRel)
+            {
+                return;
+            }
+            *refreshed = Some(Instant::now());
+        }
+        let table = self.table.clone();
+        let mut cluster = self.cluster.clone();
+        tokio::spawn(async move {
+            let old = table.read();
+            match read_routes(&mut cluster, &table, Some(&old)).await {
+                Ok(routes) => *table.write() = Arc::new(routes),
+                Err(e) => {
+                    tracing::debug!(kind = ?e.kind(), "the Redis Cluster's routes could not be read; commands go through the cluster client")
+                }
+            }
+            table.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    /// `WAIT replicas timeout` on the connection the last write went on (through the cluster
+    /// client: routed by `key`).
+    pub(super) async fn wait(&mut self, key: &str, cmd: Cmd) -> RedisResult<Value> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        match &mut self.last {
+            Some(conn) => conn.req_packed_command(&cmd).await,
+            None => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                self.cluster.route_command(cmd, routing).await
+            }
+        }
+    }
+}
+
+impl Table {
+    fn read(&self) -> Arc<Routes> {
+        self.routes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Arc<Routes>> {
+        self.routes.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl ConnectionLike for Routed {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            self.last = None;
+            match self.direct(cmd) {
+                Ok((mut conn, routes, i)) => {
+                    let reply = conn.req_packed_command(cmd).await;
+                    if !retried(&reply) {
+                        self.last = Some(conn);
+                        return reply;
+                    }
+                    routes.nodes[i].left_out.store(true, Ordering::Relaxed);
+                    self.refresh();
+                }
+                Err(true) => self.refresh(),
+                Err(false) => {}
+            }
+            self.cluster.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.last = None;
+        self.cluster.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.cluster.get_db()
+    }
+}
+
+/// Whether the cluster client would send the command again after this reply: a connection
+/// error, or an error reply (the multiplexed connection hands those back as values) such as
+/// `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN` or `READONLY`.
+fn retried(reply: &RedisResult<Value>) -> bool {
+    let method = match reply {
+        Err(e) => e.retry_method(),
+        Ok(Value::ServerError(e)) => redis::RedisError::from(e.clone()).retry_method(),
+        Ok(_) => return false,
+    };
+    !matches!(method, RetryMethod::NoRetry)
+}
+
+/// The cluster's routes (`CLUSTER SLOTS`): each primary's slots, with a connection to it (the
+/// one in `old` when the node is still there and was not left out).
+async fn read_routes(
+    cluster: &mut ClusterConnection,
+    table: &Table,
+    old: Option<&Routes>,
+) -> RedisResult<Routes> {
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(cluster)
+        .await?;
+    let mut routes = Routes {
+        slots: vec![0; SLOTS],
+        nodes: Vec::new(),
+    };
+    let Value::Array(ranges) = reply else {
+        return Ok(routes);
+    };
+    for range in &ranges {
+        let Some((start, end, addr)) = slot_range(range) else {
+            continue;
+        };
+        let i = match routes.nodes.iter().position(|n| n.addr == addr) {
+            Some(i) => i,
+            None => {
+                let kept = old
+                    .and_then(|old| old.nodes.iter().find(|n| n.addr == addr))
+                    .filter(|n| !n.left_out.load(Ordering::Relaxed))
+                    .and_then(|n| n.conn.clone());
+                let conn = match kept {
+                    Some(conn) => Some(conn),
+                    None => connect(&table.template, &addr).await,
+                };
+                routes.nodes.push(Node {
+                    addr,
+                    conn,
+                    left_out: AtomicBool::new(false),
+                });
+                routes.nodes.len() - 1
+            }
+        };
+        if let Ok(at) = u16::try_from(i + 1) {
+            routes.slots[start..=end].fill(at);
+        }
+    }
+    Ok(routes)
+}
+
+/// `[start, end, [host, port, …], …replicas]`: the slots and their primary's address.
+fn slot_range(range: &Value) -> Option<(usize, usize, (String, u16))> {
+    let Value::Array(parts) = range else {
+        return None;
+    };
+    let int = |v: &Value| match v {
+        Value::Int(n) => usize::try_from(*n).ok(),
+        _ => None,
+    };
+    let (start, end) = (int(parts.first()?)?, int(parts.get(1)?)?);
+    let Value::Array(primary) = parts.get(2)? else {
+        return None;
+    };
+    let host = match primary.first()? {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.to_owned(),
+        Value::SimpleString(s) => s.clone(),
+        _ => return None,
+    };
+    let port = u16::try_from(int(primary.get(1)?)?).ok()?;
+    // An unknown host ('' or '?') is the cluster client's to find.
+    if host.is_empty() || host == "?" || start > end || end >= SLOTS {
+        return None;
+    }
+    Some((start, end, (host, port)))
+}
+
+/// A connection to the node at `addr`, with the seed's settings, its driver on the calling
+/// runtime; `None` when it cannot be opened (its slots then go through the cluster client), or
+/// when the seed is not a plain TCP address (TLS, a socket): direct routing is only for those.
+async fn connect(template: &ConnectionInfo, addr: &(String, u16)) -> Option<MultiplexedConnection> {
+    if !matches!(template.addr(), ConnectionAddr::Tcp(..)) {
+        return None;
+    }
+    let info = template
+        .clone()
+        .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT));
+    let client = Client::open(info).ok()?;
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .ok()
+}
+
+/// The key `cmd` is about, when it is one this module routes: a script's first key (every key
+/// of the store's scripts shares the session's slot) or a one-key command's key.
+fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    let mut args = cmd.args_iter().map(|a| match a {
+        Arg::Simple(a) => Some(a),
+        _ => None,
+    });
+    let name = args.next()??;
+    if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
+        let _script = args.next()??;
+        let keys = std::str::from_utf8(args.next()??).ok()?;
+        return match keys.parse::<u32>() {
+            Ok(n) if n > 0 => args.next()?,
+            _ => None,
+        };
+    }
+    if ONE_KEY.iter().any(|c| name.eq_ignore_ascii_case(c)) {
+        return args.next()?;
+    }
+    None
+}
+
+/// A key's hash slot, as Redis Cluster computes it: CRC16 (XMODEM) of its hash tag (what is
+/// between the first `{` and the next `}`, if that is not empty) or else of the whole key,
+/// modulo 16384.
+pub(super) fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(key)) % SLOTS as u16
+}
+
+/// CRC16/XMODEM (polynomial 0x1021, initial 0), a byte at a time from a table.
+fn crc16(data: &[u8]) -> u16 {
+    data.iter().fold(0, |crc, &byte| {
+        (crc << 8) ^ CRC16[usize::from((crc >> 8) as u8 ^ byte)]
+    })
+}
+
+const CRC16: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = (i as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+            bit += 1;
+        }
+        table[i] = crc;
+        i += 1;
+    }
+    table
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_goes_to_the_slot_redis_cluster_gives_it() {
+        // `CLUSTER KEYSLOT` on Redis 7.0.15 for each.
+        for (key, slot) in [
+            ("foo", 12182),
+            ("123456789", 12739),
+            ("{user1000}.following", 3443),
+            ("{user1000}.followers", 3443),
+            ("foo{}{bar}", 8363),
+            ("foo{{bar}}zap", 4015),
+            ("foo{bar}{zap}", 5061),
+            ("dsh:{75875526c7619934929340736cfb04d7}:log", 5474),
+        ] {
+            assert_eq!(key_slot(key.as_bytes()), slot, "{key}");
+        }
+    }
+
+    #[test]
+    fn only_commands_with_a_known_key_go_directly() {
+        let key = |cmd: &Cmd| first_key(cmd).map(|k| String::from_utf8_lossy(k).into_owned());
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg("abc").arg(2).arg("k1").arg("k2").arg("argv");
+        assert_eq!(key(&eval).as_deref(), Some("k1"));
+        let mut no_keys = redis::cmd("EVALSHA");
+        no_keys.arg("abc").arg(0).arg("argv");
+        assert_eq!(key(&no_keys), None);
+        let mut read = redis::cmd("xrevrange");
+        read.arg("log").arg("+").arg("-");
+        assert_eq!(key(&read).as_deref(), Some("log"));
+        let mut many = redis::cmd("EXISTS");
+        many.arg("a").arg("b");
+        assert_eq!(key(&many), None);
+        assert_eq!(key(&redis::cmd("PING")), None);
+    }
+}
