@@ -29,42 +29,52 @@
 -- gone (deleted, expired) while the caller expects seq N > 0 is such a conflict: an append
 -- never brings a session back.
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local seq = 0
+-- The log's last seq and commit time as their decimal strings (ids are `<seq>-0`), compared as
+-- strings with the caller's (ARGV[1], ARGV[5] and ARGV[6] are plain decimals: no sign, no
+-- leading zero). A commit converts one number, its first new seq: Lua's tonumber goes through
+-- strtod, which was a tenth of this script's instructions when every number was converted.
+local head = '0'
+local prev_ts = nil
 if #last > 0 then
-  seq = tonumber(string.match(last[1][1], '^(%d+)'))
+  head = string.match(last[1][1], '^(%d+)')
+  local fields = last[1][2]
+  if fields[7] == 'ts' then
+    prev_ts = fields[8]
+  else
+    for i = 1, #fields, 2 do
+      if fields[i] == 'ts' then
+        prev_ts = fields[i + 1]
+        break
+      end
+    end
+  end
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Milliseconds: the seconds, then the first three of the six digits of the microseconds.
+local ms = t[1] .. string.sub('00000' .. t[2], -6, -4)
 local marker = nil
 if ARGV[7] ~= '0' then
   marker = ARGV[8]
   local expires = redis.call('ZSCORE', KEYS[3], marker)
-  if expires and tonumber(expires) > now then
+  if expires and tonumber(expires) > tonumber(ms) then
     local done = redis.call('HGET', KEYS[2], marker)
     if done then
-      return {2, seq, done}
+      return {2, tonumber(head), done}
     end
   end
 end
-local expected = tonumber(ARGV[1])
-local function ts_of(entry)
-  local fields = entry[2]
-  for i = 1, #fields, 2 do
-    if fields[i] == 'ts' then return fields[i + 1] end
-  end
-end
-local prev_ts = #last > 0 and ts_of(last[1]) or nil
-local replaced = seq == expected and expected > 0 and ARGV[5] ~= '0' and prev_ts ~= ARGV[5]
-if seq ~= expected or replaced then
+local expected = ARGV[1]
+if head ~= expected or (expected ~= '0' and ARGV[5] ~= '0' and prev_ts ~= ARGV[5]) then
+  local seq, want = tonumber(head), tonumber(expected)
   local entries = {}
-  if seq >= expected and expected > 0 then
-    entries = redis.call('XRANGE', KEYS[1], string.format('%d', expected) .. '-0', '+', 'COUNT', 513)
-  elseif seq > expected then
+  if seq >= want and want > 0 then
+    entries = redis.call('XRANGE', KEYS[1], expected .. '-0', '+', 'COUNT', 513)
+  elseif seq > want then
     entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 512)
   end
   return {0, seq, entries}
 end
-local ms = string.format('%d', now)
+local seq = tonumber(head)
 local wrote = #ARGV >= 10
 for i = 10, #ARGV, 3 do
   seq = seq + 1
@@ -78,22 +88,30 @@ end
 -- write; a write that sets a marker always does (the marker may have made its keys just now).
 -- (Keys whose TTL something else removed get it back with the first write of the next window.)
 if wrote then
-  local keep = tonumber(ARGV[6])
-  local window = keep == 0 and 1000 or math.max(1, math.min(1000, math.floor(keep / 100)))
-  local prev = tonumber(prev_ts or '-1')
-  local fresh = expected > 0 and prev >= 0 and math.floor(prev / window) == math.floor(now / window)
+  local keep = ARGV[6]
+  local fresh = false
+  if expected ~= '0' and prev_ts then
+    if keep == '0' or #keep > 5 then
+      -- A window of a second: the same second if all but the last three digits agree.
+      fresh = string.sub(prev_ts, 1, -4) == t[1]
+    else
+      local window = math.max(1, math.floor(tonumber(keep) / 100))
+      fresh = math.floor(tonumber(prev_ts) / window) == math.floor(tonumber(ms) / window)
+    end
+  end
   if marker then
     -- A few expired markers go with each new one, so the hash holds about the live ones.
+    local now = tonumber(ms)
     local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 8)
     if #old > 0 then
       redis.call('HDEL', KEYS[2], unpack(old))
       redis.call('ZREM', KEYS[3], unpack(old))
     end
-    redis.call('HSET', KEYS[2], marker, string.format('%d %d', expected + 1, seq))
+    redis.call('HSET', KEYS[2], marker, string.format('%d %d', tonumber(expected) + 1, seq))
     redis.call('ZADD', KEYS[3], now + tonumber(ARGV[7]), marker)
   end
   for i = 1, (fresh and not marker) and 0 or #KEYS do
-    if keep == 0 then
+    if keep == '0' then
       redis.call('PERSIST', KEYS[i])
     else
       redis.call('PEXPIRE', KEYS[i], ARGV[6])
