@@ -164,3 +164,32 @@ async fn a_session_whose_slot_moves_to_another_primary_keeps_taking_writes_there
         );
     }
 }
+
+/// A primary that hangs past the response timeout (2 s) while a write is on its way: the
+/// write is answered 503 and sent once. (Sent again after the timeout, both copies ran when the
+/// node woke: the first committed, the second met those events as a conflict, and the write
+/// was answered as a no-op although it had changed the plan.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_a_primary_that_hangs_past_the_timeout_is_refused_not_run_twice() {
+    let cluster = TestCluster::start(3, 0, 30_000).await;
+    let redis = cluster.redis();
+    let app = Arc::new(spawn_with(Some(&redis), "a", |_| {}).await);
+    let sid = app.create_session().await;
+    for active in [true, false, true] {
+        assert!(app.set_plan(&sid, "main", active).await.status.is_success());
+    }
+    let port = cluster.master_of(&redis.key(&sid)).await;
+    cluster.pause(port, true);
+    let writer = {
+        let (app, sid) = (app.clone(), sid.clone());
+        tokio::spawn(async move { app.set_plan(&sid, "main", false).await })
+    };
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    cluster.pause(port, false);
+    let reply = writer.await.unwrap();
+    assert_eq!(reply.status, 503, "{reply:?}");
+    // The write may have run when the node woke (a 503 after a timeout does not say it did
+    // not), once.
+    let toggles = app.events_of_type(&sid, "plan/mode").await.len();
+    assert!((3..=4).contains(&toggles), "{toggles} plan/mode events");
+}

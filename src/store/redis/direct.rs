@@ -8,14 +8,17 @@
 //!
 //! What stays with the cluster client: commands without a key this module knows where to find
 //! (see [`first_key`]), pipelines, `WAIT` after a write that went through it, subscriptions,
-//! and every command whose direct attempt meets anything the cluster client would retry
-//! (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, a dropped or refused connection, a timeout; see
-//! [`redis::RedisError::retry_method`]). Such an attempt did not run (a redirect) or may have
-//! run (a connection lost with the command on it): the cluster client then does what it does
-//! with any command it sent itself and lost the same way, which is to send it again. The node
-//! is then left out until the routes are read again (`CLUSTER SLOTS`, at most once a second
-//! while commands fall back), so a failover or a moved slot costs one fallback per command in
-//! flight, not a failed request.
+//! and a command whose direct attempt met what the cluster client would also send again (see
+//! [`Detour`]): an error reply saying the command did not run there (`MOVED`, `ASK`,
+//! `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `MASTERDOWN`, `READONLY`), or a connection that was
+//! lost or refused (the command may have run: the cluster client, too, sends such a command
+//! again). A timed-out command is not sent again (it may still run; the cluster client does not
+//! resend one either): its error is the caller's, within the same response timeout. After a
+//! lost connection or a timeout the node is left out, and after those, `MOVED`, `CLUSTERDOWN`,
+//! `MASTERDOWN` or `READONLY` the routes are read again (`CLUSTER SLOTS`, at most once a
+//! second while commands fall back), so a failover or a moved slot costs a detour, not a
+//! failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
+//! only send that one command through the cluster client.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -25,7 +28,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{
     Arg, AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture,
-    RedisResult, RetryMethod, Value,
+    RedisResult, Value,
 };
 
 use super::conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
@@ -62,6 +65,9 @@ pub(super) struct Routed {
 struct Table {
     /// A seed node's settings (credentials, database): every node is reached with them.
     template: ConnectionInfo,
+    /// The runtime the table was made on, where its refreshes run and the node connections
+    /// they open have their drivers (a worker's own, or the main runtime's for the shared one).
+    runtime: tokio::runtime::Handle,
     routes: RwLock<Arc<Routes>>,
     refreshing: AtomicBool,
     refreshed: Mutex<Option<Instant>>,
@@ -90,6 +96,7 @@ impl Routed {
     pub(super) async fn new(cluster: ClusterConnection, template: ConnectionInfo) -> Self {
         let table = Arc::new(Table {
             template,
+            runtime: tokio::runtime::Handle::current(),
             routes: RwLock::new(Arc::default()),
             refreshing: AtomicBool::new(false),
             refreshed: Mutex::new(None),
@@ -144,15 +151,14 @@ impl Routed {
         }
         let table = self.table.clone();
         let mut cluster = self.cluster.clone();
-        tokio::spawn(async move {
+        self.table.runtime.spawn(async move {
+            // Cleared however the task ends (a runtime shutting down drops it midway).
+            let _done = Refreshed(table.clone());
             let old = table.read();
             match read_routes(&mut cluster, &table, Some(&old)).await {
                 Ok(routes) => *table.write() = Arc::new(routes),
-                Err(e) => {
-                    tracing::debug!(kind = ?e.kind(), "the Redis Cluster's routes could not be read; commands go through the cluster client")
-                }
+                Err(e) => tracing::debug!(kind = ?e.kind(), "the Redis Cluster's routes could not be read; commands go through the cluster client"),
             }
-            table.refreshing.store(false, Ordering::Release);
         });
     }
 
@@ -168,6 +174,15 @@ impl Routed {
                 self.cluster.route_command(cmd, routing).await
             }
         }
+    }
+}
+
+/// Marks the table's refresh as over when dropped.
+struct Refreshed(Arc<Table>);
+
+impl Drop for Refreshed {
+    fn drop(&mut self) {
+        self.0.refreshing.store(false, Ordering::Release);
     }
 }
 
@@ -191,12 +206,22 @@ impl ConnectionLike for Routed {
             match self.direct(cmd) {
                 Ok((mut conn, routes, i)) => {
                     let reply = conn.req_packed_command(cmd).await;
-                    if !retried(&reply) {
-                        self.last = Some(conn);
+                    let detour = Detour::after(&reply);
+                    if matches!(detour, Detour::LeaveOut | Detour::LeaveOutAndResend) {
+                        routes.nodes[i].left_out.store(true, Ordering::Relaxed);
+                    }
+                    if matches!(
+                        detour,
+                        Detour::LeaveOut | Detour::LeaveOutAndResend | Detour::Reroute
+                    ) {
+                        self.refresh();
+                    }
+                    if matches!(detour, Detour::None | Detour::LeaveOut) {
+                        if matches!(detour, Detour::None) {
+                            self.last = Some(conn);
+                        }
                         return reply;
                     }
-                    routes.nodes[i].left_out.store(true, Ordering::Relaxed);
-                    self.refresh();
                 }
                 Err(true) => self.refresh(),
                 Err(false) => {}
@@ -220,16 +245,47 @@ impl ConnectionLike for Routed {
     }
 }
 
-/// Whether the cluster client would send the command again after this reply: a connection
-/// error, or an error reply (the multiplexed connection hands those back as values) such as
-/// `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN` or `READONLY`.
-fn retried(reply: &RedisResult<Value>) -> bool {
-    let method = match reply {
-        Err(e) => e.retry_method(),
-        Ok(Value::ServerError(e)) => redis::RedisError::from(e.clone()).retry_method(),
-        Ok(_) => return false,
-    };
-    !matches!(method, RetryMethod::NoRetry)
+/// What a direct attempt's reply asks for.
+#[derive(Debug, PartialEq)]
+enum Detour {
+    /// Nothing: the reply is the caller's.
+    None,
+    /// The connection timed out (the command may still run): the reply is the caller's, and
+    /// the node is left out until the routes are read again.
+    LeaveOut,
+    /// The connection was lost or refused: the node is left out, the routes read again, and
+    /// the command sent through the cluster client (which does the same with its own).
+    LeaveOutAndResend,
+    /// The slot is elsewhere now or the cluster is failing over (`MOVED`, `CLUSTERDOWN`,
+    /// `MASTERDOWN`, `READONLY`; the command did not run): the routes are read again and the
+    /// command goes through the cluster client.
+    Reroute,
+    /// The command did not run for a passing reason (`ASK`: the slot is being migrated;
+    /// `TRYAGAIN`, `LOADING`): it goes through the cluster client, the routes stay.
+    Resend,
+}
+
+impl Detour {
+    fn after(reply: &RedisResult<Value>) -> Self {
+        use redis::{ErrorKind, ServerErrorKind as Server};
+        let error = match reply {
+            Ok(Value::ServerError(e)) => redis::RedisError::from(e.clone()),
+            Err(e) => e.clone(),
+            Ok(_) => return Self::None,
+        };
+        match error.kind() {
+            ErrorKind::Server(Server::Moved | Server::ClusterDown | Server::MasterDown) => {
+                Self::Reroute
+            }
+            ErrorKind::Server(Server::ReadOnly) => Self::Reroute,
+            ErrorKind::Server(Server::Ask | Server::TryAgain | Server::BusyLoading) => Self::Resend,
+            _ if error.is_connection_dropped() || error.is_connection_refusal() => {
+                Self::LeaveOutAndResend
+            }
+            _ if error.is_timeout() => Self::LeaveOut,
+            _ => Self::None,
+        }
+    }
 }
 
 /// The cluster's routes (`CLUSTER SLOTS`): each primary's slots, with a connection to it (the
@@ -406,6 +462,42 @@ mod tests {
         ] {
             assert_eq!(key_slot(key.as_bytes()), slot, "{key}");
         }
+    }
+
+    #[test]
+    fn a_reply_is_resent_only_where_the_command_did_not_run_or_its_connection_was_lost() {
+        let reply = |resp: &str| Ok(redis::parse_redis_value(resp.as_bytes()).unwrap());
+        let io = |kind| Err(std::io::Error::from(kind).into());
+        assert_eq!(Detour::after(&reply("+OK\r\n")), Detour::None);
+        // A script's own error, or NOSCRIPT, is the caller's.
+        assert_eq!(Detour::after(&reply("-ERR boom\r\n")), Detour::None);
+        assert_eq!(Detour::after(&reply("-NOSCRIPT no\r\n")), Detour::None);
+        for moved in [
+            "-MOVED 3999 127.0.0.1:7001\r\n",
+            "-CLUSTERDOWN down\r\n",
+            "-READONLY replica\r\n",
+        ] {
+            assert_eq!(Detour::after(&reply(moved)), Detour::Reroute, "{moved}");
+        }
+        for passing in ["-ASK 3999 127.0.0.1:7001\r\n", "-TRYAGAIN later\r\n"] {
+            assert_eq!(Detour::after(&reply(passing)), Detour::Resend, "{passing}");
+        }
+        for lost in [
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::ConnectionRefused,
+        ] {
+            assert_eq!(
+                Detour::after(&io(lost)),
+                Detour::LeaveOutAndResend,
+                "{lost:?}"
+            );
+        }
+        // A command that timed out may still run: never sent twice.
+        assert_eq!(
+            Detour::after(&io(std::io::ErrorKind::TimedOut)),
+            Detour::LeaveOut
+        );
     }
 
     #[test]

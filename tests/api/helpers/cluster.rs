@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use super::{free_port, fresh_prefix, spawn_server, wait_ping, TestRedis};
+use super::{fresh_prefix, spawn_server, wait_ping, TestRedis};
 
 struct Node {
     port: u16,
@@ -35,10 +35,13 @@ impl TestCluster {
             nodes: Vec::new(),
         };
         for _ in 0..masters * (1 + replicas) {
-            // The cluster bus listens on port + 10000.
+            // The cluster bus listens on port + 10000. Both below the kernel's ephemeral range
+            // (32768+), where a port free a moment ago can become an outgoing connection's
+            // before the node binds it (as scripts/redis-cluster.sh does).
             let port = loop {
-                let p = free_port();
-                if p < 55000 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
+                let p = 10_000 + (getrandom::u32().expect("random bytes") % 12_000) as u16;
+                let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+                if free(p) && free(p + 10_000) {
                     break p;
                 }
             };
@@ -267,6 +270,19 @@ impl TestCluster {
             .find(|n| n.child.is_some())
             .map(|n| n.port)
             .expect("a node is running")
+    }
+
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the node at `port`: a node that hangs without
+    /// closing its connections.
+    pub fn pause(&self, port: u16, paused: bool) {
+        let node = self.nodes.iter().find(|n| n.port == port).unwrap();
+        let pid = node.child.as_ref().expect("the node runs").id();
+        let signal = if paused { "-STOP" } else { "-CONT" };
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
     }
 
     /// `kill -9` of the node at `port`.
