@@ -38,7 +38,8 @@ local prev_ts = nil
 if #last > 0 then
   head = string.match(last[1][1], '^(%d+)')
   local fields = last[1][2]
-  if fields[7] == 'ts' then
+  -- Written as type, agent, data, ts, v: the fourth name, unless an earlier one is `ts` too.
+  if fields[7] == 'ts' and fields[1] ~= 'ts' and fields[3] ~= 'ts' and fields[5] ~= 'ts' then
     prev_ts = fields[8]
   else
     for i = 1, #fields, 2 do

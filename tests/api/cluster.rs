@@ -166,7 +166,7 @@ async fn a_session_whose_slot_moves_to_another_primary_keeps_taking_writes_there
 }
 
 /// A primary that hangs past the response timeout (2 s) while a write is on its way: the
-/// write is answered 503 and sent once. (Sent again after the timeout, both copies ran when the
+/// write is answered 503 (within the timeout, not after a second one) and sent once. (Sent again after the timeout, both copies ran when the
 /// node woke: the first committed, the second met those events as a conflict, and the write
 /// was answered as a no-op although it had changed the plan.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,12 +182,21 @@ async fn a_write_to_a_primary_that_hangs_past_the_timeout_is_refused_not_run_twi
     cluster.pause(port, true);
     let writer = {
         let (app, sid) = (app.clone(), sid.clone());
-        tokio::spawn(async move { app.set_plan(&sid, "main", false).await })
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let reply = app.set_plan(&sid, "main", false).await;
+            (reply, started.elapsed())
+        })
     };
-    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    // Well past the 2 s timeout (however late the write reaches the node), then awake.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
     cluster.pause(port, false);
-    let reply = writer.await.unwrap();
+    let (reply, took) = writer.await.unwrap();
     assert_eq!(reply.status, 503, "{reply:?}");
+    assert!(
+        took < Duration::from_millis(3_500),
+        "answered after {took:?}"
+    );
     // The write may have run when the node woke (a 503 after a timeout does not say it did
     // not), once.
     let toggles = app.events_of_type(&sid, "plan/mode").await.len();

@@ -84,8 +84,8 @@ struct Node {
     addr: (String, u16),
     /// `None`: not reachable when the routes were read.
     conn: Option<MultiplexedConnection>,
-    /// Set when a command sent to it met something the cluster client would retry: its slots
-    /// go through the cluster client until the routes are read again.
+    /// Set when a command sent to it met a lost connection or a timeout: its slots go through
+    /// the cluster client until the routes are read again (which opens a new connection).
     left_out: AtomicBool,
 }
 
@@ -151,9 +151,10 @@ impl Routed {
         }
         let table = self.table.clone();
         let mut cluster = self.cluster.clone();
+        // Cleared however the task ends, even unpolled (a runtime shutting down drops it).
+        let done = Refreshed(table.clone());
         self.table.runtime.spawn(async move {
-            // Cleared however the task ends (a runtime shutting down drops it midway).
-            let _done = Refreshed(table.clone());
+            let _done = done;
             let old = table.read();
             match read_routes(&mut cluster, &table, Some(&old)).await {
                 Ok(routes) => *table.write() = Arc::new(routes),
@@ -205,6 +206,7 @@ impl ConnectionLike for Routed {
             self.last = None;
             match self.direct(cmd) {
                 Ok((mut conn, routes, i)) => {
+                    let started = Instant::now();
                     let reply = conn.req_packed_command(cmd).await;
                     let detour = Detour::after(&reply);
                     if matches!(detour, Detour::LeaveOut | Detour::LeaveOutAndResend) {
@@ -222,6 +224,16 @@ impl ConnectionLike for Routed {
                         }
                         return reply;
                     }
+                    // The detour gets what is left of the response timeout, so a command
+                    // fails within it as through the cluster client alone (whose retries stop
+                    // once the caller has gone).
+                    let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
+                    return match tokio::time::timeout(left, self.cluster.req_packed_command(cmd))
+                        .await
+                    {
+                        Ok(reply) => reply,
+                        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+                    };
                 }
                 Err(true) => self.refresh(),
                 Err(false) => {}
@@ -306,6 +318,8 @@ async fn read_routes(
     let Value::Array(ranges) = reply else {
         return Ok(routes);
     };
+    // (new index, old index) of each node whose connection is kept.
+    let mut kept_from = Vec::new();
     for range in &ranges {
         let Some((start, end, addr)) = slot_range(range) else {
             continue;
@@ -313,12 +327,17 @@ async fn read_routes(
         let i = match routes.nodes.iter().position(|n| n.addr == addr) {
             Some(i) => i,
             None => {
-                let kept = old
-                    .and_then(|old| old.nodes.iter().find(|n| n.addr == addr))
-                    .filter(|n| !n.left_out.load(Ordering::Relaxed))
-                    .and_then(|n| n.conn.clone());
+                let kept = old.and_then(|old| {
+                    let at = old.nodes.iter().position(|n| n.addr == addr)?;
+                    let node = &old.nodes[at];
+                    let conn = node.conn.clone()?;
+                    (!node.left_out.load(Ordering::Relaxed)).then_some((at, conn))
+                });
                 let conn = match kept {
-                    Some(conn) => Some(conn),
+                    Some((at, conn)) => {
+                        kept_from.push((routes.nodes.len(), at));
+                        Some(conn)
+                    }
                     None => connect(&table.template, &addr).await,
                 };
                 routes.nodes.push(Node {
@@ -331,6 +350,15 @@ async fn read_routes(
         };
         if let Ok(at) = u16::try_from(i + 1) {
             routes.slots[start..=end].fill(at);
+        }
+    }
+    // A kept connection whose node was left out while the other nodes were being connected
+    // (its timeout's own refresh was turned away: this one was under way) stays out.
+    if let Some(old) = old {
+        for (new, at) in kept_from {
+            if old.nodes[at].left_out.load(Ordering::Relaxed) {
+                routes.nodes[new].left_out.store(true, Ordering::Relaxed);
+            }
         }
     }
     Ok(routes)

@@ -35,16 +35,7 @@ impl TestCluster {
             nodes: Vec::new(),
         };
         for _ in 0..masters * (1 + replicas) {
-            // The cluster bus listens on port + 10000. Both below the kernel's ephemeral range
-            // (32768+), where a port free a moment ago can become an outgoing connection's
-            // before the node binds it (as scripts/redis-cluster.sh does).
-            let port = loop {
-                let p = 10_000 + (getrandom::u32().expect("random bytes") % 12_000) as u16;
-                let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-                if free(p) && free(p + 10_000) {
-                    break p;
-                }
-            };
+            let port = node_port();
             let child = cluster.spawn(port);
             cluster.nodes.push(Node {
                 port,
@@ -366,6 +357,27 @@ impl Drop for TestCluster {
 
 /// A plain connection to one node. A node busy with a full sync on a loaded machine can miss
 /// the client's connect timeout: it is tried again for 10 s.
+/// A port for a cluster node: free, with its cluster bus port (+ 10000) free too, both below
+/// the kernel's ephemeral range (32768+), where a port free a moment ago can become an outgoing
+/// connection's before the node binds it (as in scripts/redis-cluster.sh). Nodes are given
+/// ports in 10000–19999 (their buses 20000–29999, never another node's port), each once per
+/// test process: clusters of tests running at once do not pick each other's ports before
+/// their nodes bind them.
+fn node_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    loop {
+        let p = 10_000 + (getrandom::u32().expect("random bytes") % 10_000) as u16;
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !given.contains(&p) && free(p) && free(p + 10_000) {
+            given.push(p);
+            return p;
+        }
+    }
+}
+
 async fn node(port: u16) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
