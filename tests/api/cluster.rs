@@ -166,9 +166,10 @@ async fn a_session_whose_slot_moves_to_another_primary_keeps_taking_writes_there
 }
 
 /// A primary that hangs past the response timeout (2 s) while a write is on its way: the
-/// write is answered 503 (within the timeout, not after a second one) and sent once. (Sent again after the timeout, both copies ran when the
-/// node woke: the first committed, the second met those events as a conflict, and the write
-/// was answered as a no-op although it had changed the plan.)
+/// write is answered 503 (within the timeout, not after a second one) and sent once. (Sent
+/// again after the timeout, both copies ran when the node woke: the first committed, the
+/// second met those events as a conflict, and the write was answered as a no-op although it
+/// had changed the plan.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_to_a_primary_that_hangs_past_the_timeout_is_refused_not_run_twice() {
     let cluster = TestCluster::start(3, 0, 30_000).await;

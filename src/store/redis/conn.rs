@@ -304,19 +304,20 @@ impl Conn {
     ) -> RedisResult<u64> {
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(replicas).arg(timeout.as_millis() as u64);
-        match &mut self.link {
-            Link::Single(conn) => cmd.query_async(conn).await,
-            Link::Cluster(conn) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                let reply = conn.route_command(cmd, routing).await?;
-                redis::from_redis_value(reply).map_err(Into::into)
-            }
-            Link::Routed(conn) => {
-                let reply = conn.wait(key, cmd).await?;
-                redis::from_redis_value(reply).map_err(Into::into)
-            }
-        }
+        // On a cluster: the connection the write went on directly, or else the one the
+        // cluster client routes the key to.
+        let cluster = match &mut self.link {
+            Link::Single(conn) => return cmd.query_async(conn).await,
+            Link::Routed(conn) => match conn.last_direct() {
+                Some(direct) => return cmd.query_async(direct).await,
+                None => &mut conn.cluster,
+            },
+            Link::Cluster(conn) => conn,
+        };
+        let route = Route::with_key(key, SlotAddr::Master);
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+        let reply = cluster.route_command(cmd, routing).await?;
+        redis::from_redis_value(reply).map_err(Into::into)
     }
 
     /// Subscribes to a session's live channel: a shard channel on a cluster.

@@ -163,18 +163,10 @@ impl Routed {
         });
     }
 
-    /// `WAIT replicas timeout` on the connection the last write went on (through the cluster
-    /// client: routed by `key`).
-    pub(super) async fn wait(&mut self, key: &str, cmd: Cmd) -> RedisResult<Value> {
-        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-        match &mut self.last {
-            Some(conn) => conn.req_packed_command(&cmd).await,
-            None => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                self.cluster.route_command(cmd, routing).await
-            }
-        }
+    /// The node connection this handle's last command went on directly, if it did: a `WAIT`
+    /// must follow a write on the connection that carried it.
+    pub(super) fn last_direct(&mut self) -> Option<&mut MultiplexedConnection> {
+        self.last.as_mut()
     }
 }
 
@@ -212,17 +204,16 @@ impl ConnectionLike for Routed {
                     if matches!(detour, Detour::LeaveOut | Detour::LeaveOutAndResend) {
                         routes.nodes[i].left_out.store(true, Ordering::Relaxed);
                     }
-                    if matches!(
-                        detour,
-                        Detour::LeaveOut | Detour::LeaveOutAndResend | Detour::Reroute
-                    ) {
+                    if !matches!(detour, Detour::None | Detour::Resend) {
                         self.refresh();
                     }
-                    if matches!(detour, Detour::None | Detour::LeaveOut) {
-                        if matches!(detour, Detour::None) {
+                    match detour {
+                        Detour::None => {
                             self.last = Some(conn);
+                            return reply;
                         }
-                        return reply;
+                        Detour::LeaveOut => return reply,
+                        Detour::LeaveOutAndResend | Detour::Reroute | Detour::Resend => {}
                     }
                     // The detour gets what is left of the response timeout, so a command
                     // fails within it as through the cluster client alone (whose retries stop
