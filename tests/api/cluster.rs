@@ -203,3 +203,57 @@ async fn a_write_to_a_primary_that_hangs_past_the_timeout_is_refused_not_run_twi
     let toggles = app.events_of_type(&sid, "plan/mode").await.len();
     assert!((3..=4).contains(&toggles), "{toggles} plan/mode events");
 }
+
+/// With `DSH_REDIS_WAIT_REPLICAS=1`, a write whose slot is being moved to another primary (its
+/// keys are already there: the old primary answers `ASK`) is acknowledged only once the new
+/// primary's replica has it. (`WAIT` used to go where the cluster's routes still sent the key,
+/// the old primary, which acknowledged at once what it had never been sent.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_redirected_to_the_primary_its_slot_moves_to_waits_for_that_primarys_replica() {
+    let cluster = TestCluster::start(3, 1, 30_000).await;
+    let redis = cluster.redis();
+    let app = Arc::new(spawn_with(Some(&redis), "a", |s| s.redis_wait_replicas = 1).await);
+    let sid = app.create_session().await;
+    // A keyed write: every key of the session exists (its request markers too), so a write
+    // can run on the new primary while the slot moves (one whose keys are split between the
+    // two primaries meets `TRYAGAIN` there and is refused anyway).
+    let keyed = crate::idempotency::keyed(
+        &app,
+        reqwest::Method::PUT,
+        &format!("/v1/sessions/{sid}/agents/main/plan"),
+        "first",
+        json!({"active": true}),
+    )
+    .await;
+    assert_eq!(keyed.status, 200, "{:?}", keyed.body);
+    let moving = cluster.begin_move(&redis.key(&sid)).await;
+    let ran_there = scripts_run(moving.to).await;
+
+    // The new primary's replica hangs: nothing written there can be acknowledged.
+    let replica = cluster.replica_of(moving.to).await;
+    cluster.pause(replica, true);
+    let refused = app.set_plan(&sid, "main", false).await;
+    cluster.pause(replica, false);
+    assert_eq!(
+        refused.status, 503,
+        "acknowledged while the replica of the primary that took it was stopped: {refused:?}"
+    );
+    assert!(
+        scripts_run(moving.to).await > ran_there,
+        "the write did not reach the primary the slot is moving to ({})",
+        moving.to
+    );
+
+    // With the replica back, a write is acknowledged, and it is in the log.
+    let reply = app.set_plan(&sid, "main", true).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.body["outcome"], "committed", "{reply:?}");
+    let id = reply.body["last_event_id"].as_str().unwrap().to_owned();
+    cluster.finish_move(&moving).await;
+    let log = app.events(&sid).await;
+    assert!(
+        log.iter()
+            .any(|e| e["id"] == id.as_str() && e["data"] == json!({"active": true})),
+        "acknowledged write {id} is not in the log"
+    );
+}

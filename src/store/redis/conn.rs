@@ -32,7 +32,7 @@ use redis::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::direct::Routed;
+use super::direct::{Last, Routed};
 
 /// Redis answers a command within this or the request fails with 503.
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -308,9 +308,10 @@ impl Conn {
         // cluster client routes the key to.
         let cluster = match &mut self.link {
             Link::Single(conn) => return cmd.query_async(conn).await,
-            Link::Routed(conn) => match conn.last_direct() {
-                Some(direct) => return cmd.query_async(direct).await,
-                None => &mut conn.cluster,
+            Link::Routed(conn) => match conn.last() {
+                Last::Direct(direct) => return cmd.query_async(direct).await,
+                Last::Unknown => return Ok(0),
+                Last::Cluster => &mut conn.cluster,
             },
             Link::Cluster(conn) => conn,
         };

@@ -18,7 +18,10 @@
 //! `MASTERDOWN` or `READONLY` the routes are read again (`CLUSTER SLOTS`, at most once a
 //! second while commands fall back), so a failover or a moved slot costs a detour, not a
 //! failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
-//! only send that one command through the cluster client.
+//! only detour that one command. `ASK` is followed here when it names a primary of the routes
+//! (`ASKING` and the command on that node's connection), so a `WAIT` can follow the write to
+//! the node that took it; a write the cluster client carried after `ASK` or `TRYAGAIN` is
+//! taken as acknowledged by no replica (see [`Last::Unknown`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -26,9 +29,10 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{
-    Arg, AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture,
-    RedisResult, Value,
+    Arg, AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError,
+    RedisFuture, RedisResult, Value,
 };
 
 use super::conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
@@ -57,9 +61,25 @@ const ONE_KEY: [&[u8]; 8] = [
 pub(super) struct Routed {
     pub(super) cluster: ClusterConnection,
     table: Arc<Table>,
-    /// The node connection this handle's last command went on directly (`None`: through the
-    /// cluster client): a `WAIT` must follow its write on the same connection.
-    last: Option<MultiplexedConnection>,
+    /// Where this handle's last command went: a `WAIT` must follow its write there.
+    last: Last,
+}
+
+/// Where a handle's last command went, for the `WAIT` that follows a write.
+#[derive(Clone, Default)]
+pub(super) enum Last {
+    /// Through the cluster client, to the node it routes the key to (a `WAIT` goes there too).
+    #[default]
+    Cluster,
+    /// Straight to a primary, on this connection (a `WAIT` follows it on the same connection:
+    /// it covers what that connection wrote).
+    Direct(MultiplexedConnection),
+    /// Through the cluster client after the slot's primary said the slot is being migrated or
+    /// the command must wait (`ASK`, `TRYAGAIN`, `LOADING`), when the node `ASK` named could
+    /// not be reached directly. The cluster client follows `ASK` to the target without
+    /// changing its routes, so a `WAIT` routed by the key would reach the source, which can
+    /// acknowledge at once: no replica is taken as having acknowledged this write.
+    Unknown,
 }
 
 struct Table {
@@ -104,7 +124,7 @@ impl Routed {
         let mut routed = Self {
             cluster,
             table,
-            last: None,
+            last: Last::Cluster,
         };
         if let Ok(routes) = read_routes(&mut routed.cluster, &routed.table, None).await {
             *routed.table.write() = Arc::new(routes);
@@ -163,10 +183,61 @@ impl Routed {
         });
     }
 
-    /// The node connection this handle's last command went on directly, if it did: a `WAIT`
-    /// must follow a write on the connection that carried it.
-    pub(super) fn last_direct(&mut self) -> Option<&mut MultiplexedConnection> {
-        self.last.as_mut()
+    /// Where this handle's last command went: a `WAIT` must follow a write there.
+    pub(super) fn last(&mut self) -> &mut Last {
+        &mut self.last
+    }
+
+    /// A command the slot's primary answered with `ASK` (the slot is being migrated and the key
+    /// has left): sent with `ASKING` to the primary `ASK` names, on this handle's connection to
+    /// it, within `left`, so a `WAIT` can follow it there. `None` when that node is not one of
+    /// the routes' primaries with a usable connection, or answered with another redirection
+    /// (the cluster client then carries the command).
+    async fn follow_ask(
+        &mut self,
+        error: &RedisError,
+        cmd: &Cmd,
+        routes: &Routes,
+        left: Duration,
+    ) -> Option<RedisResult<Value>> {
+        let (addr, _) = error.redirect_node()?;
+        let (host, port) = addr.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let i = routes
+            .nodes
+            .iter()
+            .position(|n| n.addr.0 == host && n.addr.1 == port)?;
+        let node = &routes.nodes[i];
+        if node.left_out.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut conn = node.conn.clone()?;
+        // One write on the connection: nothing of another caller comes between the two.
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").add_command(cmd.clone());
+        let reply = match tokio::time::timeout(left, conn.req_packed_commands(&pipe, 1, 1)).await {
+            Ok(Ok(mut replies)) if replies.len() == 1 => Ok(replies.remove(0)),
+            Ok(Ok(_)) => return None,
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+        };
+        match Detour::after(&reply) {
+            Detour::None => {
+                self.last = Last::Direct(conn);
+                Some(reply)
+            }
+            Detour::LeaveOut => {
+                node.left_out.store(true, Ordering::Relaxed);
+                self.refresh();
+                Some(reply)
+            }
+            Detour::LeaveOutAndResend => {
+                node.left_out.store(true, Ordering::Relaxed);
+                self.refresh();
+                None
+            }
+            Detour::Reroute | Detour::Resend => None,
+        }
     }
 }
 
@@ -195,7 +266,7 @@ impl Table {
 impl ConnectionLike for Routed {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            self.last = None;
+            self.last = Last::Cluster;
             match self.direct(cmd) {
                 Ok((mut conn, routes, i)) => {
                     let started = Instant::now();
@@ -209,11 +280,20 @@ impl ConnectionLike for Routed {
                     }
                     match detour {
                         Detour::None => {
-                            self.last = Some(conn);
+                            self.last = Last::Direct(conn);
                             return reply;
                         }
                         Detour::LeaveOut => return reply,
-                        Detour::LeaveOutAndResend | Detour::Reroute | Detour::Resend => {}
+                        Detour::LeaveOutAndResend | Detour::Reroute => {}
+                        Detour::Resend => {
+                            let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
+                            if let Some(e) = error_of(&reply) {
+                                if let Some(reply) = self.follow_ask(&e, cmd, &routes, left).await {
+                                    return reply;
+                                }
+                            }
+                            self.last = Last::Unknown;
+                        }
                     }
                     // The detour gets what is left of the response timeout, so a command
                     // fails within it as through the cluster client alone (whose retries stop
@@ -239,7 +319,7 @@ impl ConnectionLike for Routed {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        self.last = None;
+        self.last = Last::Cluster;
         self.cluster.req_packed_commands(pipeline, offset, count)
     }
 
@@ -268,13 +348,20 @@ enum Detour {
     Resend,
 }
 
+/// The error a reply is, whether it came as an error or as an error reply.
+fn error_of(reply: &RedisResult<Value>) -> Option<RedisError> {
+    match reply {
+        Ok(Value::ServerError(e)) => Some(RedisError::from(e.clone())),
+        Err(e) => Some(e.clone()),
+        Ok(_) => None,
+    }
+}
+
 impl Detour {
     fn after(reply: &RedisResult<Value>) -> Self {
         use redis::{ErrorKind, ServerErrorKind as Server};
-        let error = match reply {
-            Ok(Value::ServerError(e)) => redis::RedisError::from(e.clone()),
-            Err(e) => e.clone(),
-            Ok(_) => return Self::None,
+        let Some(error) = error_of(reply) else {
+            return Self::None;
         };
         match error.kind() {
             ErrorKind::Server(Server::Moved | Server::ClusterDown | Server::MasterDown) => {
@@ -298,10 +385,31 @@ async fn read_routes(
     table: &Table,
     old: Option<&Routes>,
 ) -> RedisResult<Routes> {
-    let reply: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(cluster)
-        .await?;
+    // Asked of the seed when it answers: a node that does not know its own address (one
+    // alone in its cluster) gives it as '', meaning the address it was asked at.
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SLOTS");
+    let seed = match table.template.addr() {
+        ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
+        _ => None,
+    };
+    let asked = match &seed {
+        Some((host, port)) => {
+            let at = SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            };
+            cluster
+                .route_command(cmd.clone(), RoutingInfo::SingleNode(at))
+                .await
+                .ok()
+        }
+        None => None,
+    };
+    let (reply, asked_at) = match asked {
+        Some(reply) => (reply, seed.as_ref().map(|(host, _)| host.as_str())),
+        None => (cmd.query_async(cluster).await?, None),
+    };
     let mut routes = Routes {
         slots: vec![0; SLOTS],
         nodes: Vec::new(),
@@ -312,7 +420,7 @@ async fn read_routes(
     // (new index, old index) of each node whose connection is kept.
     let mut kept_from = Vec::new();
     for range in &ranges {
-        let Some((start, end, addr)) = slot_range(range) else {
+        let Some((start, end, addr)) = slot_range(range, asked_at) else {
             continue;
         };
         let i = match routes.nodes.iter().position(|n| n.addr == addr) {
@@ -355,8 +463,9 @@ async fn read_routes(
     Ok(routes)
 }
 
-/// `[start, end, [host, port, …], …replicas]`: the slots and their primary's address.
-fn slot_range(range: &Value) -> Option<(usize, usize, (String, u16))> {
+/// `[start, end, [host, port, …], …replicas]`: the slots and their primary's address (a host
+/// given as '' is `asked_at`, the host of the node that answered, when known).
+fn slot_range(range: &Value, asked_at: Option<&str>) -> Option<(usize, usize, (String, u16))> {
     let Value::Array(parts) = range else {
         return None;
     };
@@ -368,13 +477,16 @@ fn slot_range(range: &Value) -> Option<(usize, usize, (String, u16))> {
     let Value::Array(primary) = parts.get(2)? else {
         return None;
     };
-    let host = match primary.first()? {
+    let mut host = match primary.first()? {
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.to_owned(),
         Value::SimpleString(s) => s.clone(),
         _ => return None,
     };
+    if host.is_empty() {
+        host = asked_at.unwrap_or_default().to_owned();
+    }
     let port = u16::try_from(int(primary.get(1)?)?).ok()?;
-    // An unknown host ('' or '?') is the cluster client's to find.
+    // An unknown host ('?', or '' from an unknown node) is the cluster client's to find.
     if host.is_empty() || host == "?" || start > end || end >= SLOTS {
         return None;
     }
@@ -516,6 +628,33 @@ mod tests {
         assert_eq!(
             Detour::after(&io(std::io::ErrorKind::TimedOut)),
             Detour::LeaveOut
+        );
+    }
+
+    #[test]
+    fn a_primary_that_does_not_know_its_host_is_reached_where_it_was_asked() {
+        let range = |host: &str| {
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(16383),
+                Value::Array(vec![
+                    Value::BulkString(host.as_bytes().to_vec()),
+                    Value::Int(7000),
+                    Value::BulkString(b"id".to_vec()),
+                ]),
+            ])
+        };
+        let at = |host: &str| (0, 16383, (host.to_owned(), 7000));
+        // A node alone in its cluster gives its host as ''.
+        assert_eq!(
+            slot_range(&range(""), Some("10.0.0.5")),
+            Some(at("10.0.0.5"))
+        );
+        assert_eq!(slot_range(&range(""), None), None);
+        assert_eq!(slot_range(&range("?"), Some("10.0.0.5")), None);
+        assert_eq!(
+            slot_range(&range("10.0.0.7"), Some("10.0.0.5")),
+            Some(at("10.0.0.7"))
         );
     }
 

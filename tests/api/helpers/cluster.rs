@@ -173,86 +173,75 @@ impl TestCluster {
     /// the keys moved with `MIGRATE`, then the slot given to the target on every primary.
     /// Returns (from, to) ports.
     pub async fn move_slot(&self, key: &str) -> (u16, u16) {
+        let moving = self.begin_move(key).await;
+        self.finish_move(&moving).await;
+        (moving.from, moving.to)
+    }
+
+    /// The first half of [`Self::move_slot`]: the slot of `key` is importing on another
+    /// primary and migrating on its own, and every key of it has been moved there. Until
+    /// [`Self::finish_move`], a command for the slot sent to the source meets `ASK` (its keys
+    /// are gone), and the target takes it only after `ASKING`.
+    pub async fn begin_move(&self, key: &str) -> SlotMove {
         let (port, slot) = self.slot_of(key).await;
         let from = self
             .master_of_slot(port, slot)
             .await
             .expect("the slot has a primary");
-        let nodes: String = redis::cmd("CLUSTER")
-            .arg("NODES")
-            .query_async(&mut node(from).await)
-            .await
-            .unwrap();
-        // (id, port) of every primary.
-        let masters: Vec<(String, u16)> = nodes
-            .lines()
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split(' ').collect();
-                if !fields.get(2)?.contains("master") {
-                    return None;
-                }
-                let port = fields[1]
-                    .split('@')
-                    .next()?
-                    .rsplit(':')
-                    .next()?
-                    .parse()
-                    .ok()?;
-                Some((fields[0].to_owned(), port))
-            })
-            .collect();
+        let masters = primaries(&cluster_nodes(from).await);
         let id_of = |port: u16| masters.iter().find(|m| m.1 == port).unwrap().0.clone();
         let to = masters
             .iter()
             .map(|m| m.1)
             .find(|&p| p != from)
             .expect("another primary");
-        let (from_id, to_id) = (id_of(from), id_of(to));
-        let setslot = |state: &str, id: &str| {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
-            cmd
+        let moving = SlotMove {
+            slot,
+            from,
+            to,
+            to_id: id_of(to),
+            masters: masters.iter().map(|m| m.1).collect(),
         };
-        let mut source = node(from).await;
-        let mut target = node(to).await;
-        let _: () = setslot("IMPORTING", &from_id)
-            .query_async(&mut target)
+        let _: () = setslot(slot, "IMPORTING", &id_of(from))
+            .query_async(&mut node(to).await)
             .await
             .unwrap();
-        let _: () = setslot("MIGRATING", &to_id)
-            .query_async(&mut source)
+        let _: () = setslot(slot, "MIGRATING", &moving.to_id)
+            .query_async(&mut node(from).await)
             .await
             .unwrap();
-        loop {
-            let keys: Vec<String> = redis::cmd("CLUSTER")
-                .arg("GETKEYSINSLOT")
-                .arg(slot)
-                .arg(100)
-                .query_async(&mut source)
-                .await
-                .unwrap();
-            if keys.is_empty() {
-                break;
-            }
-            let _: redis::Value = redis::cmd("MIGRATE")
-                .arg("127.0.0.1")
-                .arg(to)
-                .arg("")
-                .arg(0)
-                .arg(5000)
-                .arg("KEYS")
-                .arg(&keys)
-                .query_async(&mut source)
-                .await
-                .unwrap();
-        }
-        for (_, port) in &masters {
-            let _: () = setslot("NODE", &to_id)
+        migrate_keys(&moving).await;
+        moving
+    }
+
+    /// The second half of [`Self::move_slot`]: keys written to the source meanwhile are moved
+    /// too, and the slot is given to the target on every primary.
+    pub async fn finish_move(&self, moving: &SlotMove) {
+        migrate_keys(moving).await;
+        for port in &moving.masters {
+            let _: () = setslot(moving.slot, "NODE", &moving.to_id)
                 .query_async(&mut node(*port).await)
                 .await
                 .unwrap();
         }
-        (from, to)
+    }
+
+    /// The port of a replica of the primary at `port`.
+    pub async fn replica_of(&self, port: u16) -> u16 {
+        let nodes = cluster_nodes(port).await;
+        let id = primaries(&nodes)
+            .into_iter()
+            .find(|m| m.1 == port)
+            .expect("a primary")
+            .0;
+        nodes
+            .lines()
+            .find_map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                (fields.get(2)?.contains("slave") && *fields.get(3)? == id)
+                    .then(|| node_port_of(fields[1]))?
+            })
+            .expect("the primary has a replica")
     }
 
     fn live_port(&self) -> u16 {
@@ -376,6 +365,79 @@ fn node_port() -> u16 {
             return p;
         }
     }
+}
+
+/// A slot being moved between primaries (see [`TestCluster::begin_move`]).
+pub struct SlotMove {
+    pub slot: u16,
+    /// The ports of the source and of the target.
+    pub from: u16,
+    pub to: u16,
+    to_id: String,
+    /// Every primary's port.
+    masters: Vec<u16>,
+}
+
+fn setslot(slot: u16, state: &str, id: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+    cmd
+}
+
+/// Moves every key of the slot still on the source to the target.
+async fn migrate_keys(moving: &SlotMove) {
+    let mut source = node(moving.from).await;
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(moving.slot)
+            .arg(100)
+            .query_async(&mut source)
+            .await
+            .unwrap();
+        if keys.is_empty() {
+            return;
+        }
+        let _: redis::Value = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(moving.to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query_async(&mut source)
+            .await
+            .unwrap();
+    }
+}
+
+/// `CLUSTER NODES` as the node at `port` sees it.
+async fn cluster_nodes(port: u16) -> String {
+    redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut node(port).await)
+        .await
+        .unwrap()
+}
+
+/// (id, port) of every primary in a `CLUSTER NODES` reply.
+fn primaries(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if !fields.get(2)?.contains("master") {
+                return None;
+            }
+            Some((fields[0].to_owned(), node_port_of(fields[1])?))
+        })
+        .collect()
+}
+
+/// The port in a `CLUSTER NODES` address (`ip:port@bus`).
+fn node_port_of(addr: &str) -> Option<u16> {
+    addr.split('@').next()?.rsplit(':').next()?.parse().ok()
 }
 
 async fn node(port: u16) -> redis::aio::MultiplexedConnection {
