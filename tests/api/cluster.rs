@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::helpers::{spawn_with, TestApp, TestCluster};
+use crate::helpers::{spawn_with, TestApp, TestCluster, TestRedis};
 
 /// What one writer had acknowledged: (event id, plan state) of every committed toggle.
 type Acked = Vec<(String, bool)>;
@@ -204,19 +204,15 @@ async fn a_write_to_a_primary_that_hangs_past_the_timeout_is_refused_not_run_twi
     assert!((3..=4).contains(&toggles), "{toggles} plan/mode events");
 }
 
-/// With `DSH_REDIS_WAIT_REPLICAS=1`, a write whose slot is being moved to another primary (its
-/// keys are already there: the old primary answers `ASK`) is acknowledged only once the new
-/// primary's replica has it. (`WAIT` used to go where the cluster's routes still sent the key,
-/// the old primary, which acknowledged at once what it had never been sent.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_redirected_to_the_primary_its_slot_moves_to_waits_for_that_primarys_replica() {
+/// A cluster of 3 primaries with a replica each, a server with `DSH_REDIS_WAIT_REPLICAS=1`, and
+/// a session written once with an `Idempotency-Key`: every key of the session exists (its
+/// request markers too), so a write can run on a primary its slot is moving to (one whose keys
+/// are split between the two meets `TRYAGAIN` there and is refused anyway).
+async fn keyed_session_waiting_for_a_replica() -> (TestCluster, TestRedis, Arc<TestApp>, String) {
     let cluster = TestCluster::start(3, 1, 30_000).await;
     let redis = cluster.redis();
     let app = Arc::new(spawn_with(Some(&redis), "a", |s| s.redis_wait_replicas = 1).await);
     let sid = app.create_session().await;
-    // A keyed write: every key of the session exists (its request markers too), so a write
-    // can run on the new primary while the slot moves (one whose keys are split between the
-    // two primaries meets `TRYAGAIN` there and is refused anyway).
     let keyed = crate::idempotency::keyed(
         &app,
         reqwest::Method::PUT,
@@ -226,6 +222,16 @@ async fn a_write_redirected_to_the_primary_its_slot_moves_to_waits_for_that_prim
     )
     .await;
     assert_eq!(keyed.status, 200, "{:?}", keyed.body);
+    (cluster, redis, app, sid)
+}
+
+/// With `DSH_REDIS_WAIT_REPLICAS=1`, a write whose slot is being moved to another primary (its
+/// keys are already there: the old primary answers `ASK`) is acknowledged only once the new
+/// primary's replica has it. (`WAIT` used to go where the cluster's routes still sent the key,
+/// the old primary, which acknowledged at once what it had never been sent.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_redirected_to_the_primary_its_slot_moves_to_waits_for_that_primarys_replica() {
+    let (cluster, redis, app, sid) = keyed_session_waiting_for_a_replica().await;
     let moving = cluster.begin_move(&redis.key(&sid)).await;
     let ran_there = scripts_run(moving.to).await;
 
@@ -255,5 +261,34 @@ async fn a_write_redirected_to_the_primary_its_slot_moves_to_waits_for_that_prim
         log.iter()
             .any(|e| e["id"] == id.as_str() && e["data"] == json!({"active": true})),
         "acknowledged write {id} is not in the log"
+    );
+}
+
+/// The same with the write carried by the cluster client: the slot moved to another primary
+/// (the direct routes still name the old one, which answers `MOVED`), which then starts moving
+/// it on (the cluster client follows `MOVED`, then `ASK`, to a third node). Its `WAIT` would
+/// go where the cluster client routes the key, the second primary, which never had the write:
+/// a write the cluster client carried is taken as acknowledged by no replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_cluster_client_carries_during_a_slot_move_is_not_taken_as_replicated() {
+    let (cluster, redis, app, sid) = keyed_session_waiting_for_a_replica().await;
+    let key = redis.key(&sid);
+    let (_, moved_to) = cluster.move_slot(&key).await;
+    let moving = cluster.begin_move(&key).await;
+    assert_eq!(moving.from, moved_to);
+    let ran_there = scripts_run(moving.to).await;
+
+    let replica = cluster.replica_of(moving.to).await;
+    cluster.pause(replica, true);
+    let reply = app.set_plan(&sid, "main", false).await;
+    cluster.pause(replica, false);
+    assert!(
+        scripts_run(moving.to).await > ran_there,
+        "the write did not reach the primary the slot is moving to ({}): {reply:?}",
+        moving.to
+    );
+    assert_eq!(
+        reply.status, 503,
+        "acknowledged while the replica of the primary that took it was stopped: {reply:?}"
     );
 }

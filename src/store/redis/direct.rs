@@ -20,8 +20,8 @@
 //! failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
 //! only detour that one command. `ASK` is followed here when it names a primary of the routes
 //! (`ASKING` and the command on that node's connection), so a `WAIT` can follow the write to
-//! the node that took it; a write the cluster client carried after `ASK` or `TRYAGAIN` is
-//! taken as acknowledged by no replica (see [`Last::Unknown`]).
+//! the node that took it; a write with a key that the cluster client carried is taken as
+//! acknowledged by no replica (see [`Last::Unknown`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{
     Arg, AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError,
     RedisFuture, RedisResult, Value,
@@ -68,17 +67,19 @@ pub(super) struct Routed {
 /// Where a handle's last command went, for the `WAIT` that follows a write.
 #[derive(Clone, Default)]
 pub(super) enum Last {
-    /// Through the cluster client, to the node it routes the key to (a `WAIT` goes there too).
+    /// Through the cluster client, without a key this link routes (a `WAIT` goes by the key
+    /// the caller names, where the cluster client routes it).
     #[default]
     Cluster,
     /// Straight to a primary, on this connection (a `WAIT` follows it on the same connection:
     /// it covers what that connection wrote).
     Direct(MultiplexedConnection),
-    /// Through the cluster client after the slot's primary said the slot is being migrated or
-    /// the command must wait (`ASK`, `TRYAGAIN`, `LOADING`), when the node `ASK` named could
-    /// not be reached directly. The cluster client follows `ASK` to the target without
-    /// changing its routes, so a `WAIT` routed by the key would reach the source, which can
-    /// acknowledge at once: no replica is taken as having acknowledged this write.
+    /// A command with a key that the cluster client carried: its slot had no usable route, or
+    /// the direct attempt met a redirection (other than an `ASK` followed here), a lost
+    /// connection or a failing cluster. The cluster client may have followed `ASK` to a node
+    /// without changing its routes, so a `WAIT` routed by the key could reach a node that never
+    /// had the write and acknowledge it at once: no replica is taken as having acknowledged
+    /// it.
     Unknown,
 }
 
@@ -284,7 +285,7 @@ impl ConnectionLike for Routed {
                             return reply;
                         }
                         Detour::LeaveOut => return reply,
-                        Detour::LeaveOutAndResend | Detour::Reroute => {}
+                        Detour::LeaveOutAndResend | Detour::Reroute => self.last = Last::Unknown,
                         Detour::Resend => {
                             let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
                             if let Some(e) = error_of(&reply) {
@@ -306,7 +307,10 @@ impl ConnectionLike for Routed {
                         Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
                     };
                 }
-                Err(true) => self.refresh(),
+                Err(true) => {
+                    self.last = Last::Unknown;
+                    self.refresh();
+                }
                 Err(false) => {}
             }
             self.cluster.req_packed_command(cmd).await
@@ -385,31 +389,25 @@ async fn read_routes(
     table: &Table,
     old: Option<&Routes>,
 ) -> RedisResult<Routes> {
-    // Asked of the seed when it answers: a node that does not know its own address (one
-    // alone in its cluster) gives it as '', meaning the address it was asked at.
     let mut cmd = redis::cmd("CLUSTER");
     cmd.arg("SLOTS");
-    let seed = match table.template.addr() {
-        ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
-        _ => None,
-    };
-    let asked = match &seed {
-        Some((host, port)) => {
-            let at = SingleNodeRoutingInfo::ByAddress {
-                host: host.clone(),
-                port: *port,
-            };
-            cluster
-                .route_command(cmd.clone(), RoutingInfo::SingleNode(at))
-                .await
-                .ok()
+    let mut reply: Value = cmd.query_async(cluster).await?;
+    // A node that does not know its own address (one alone in its cluster) gives it as '',
+    // meaning the address it was asked at: such a reply is asked again of the seed, on a
+    // connection of its own. (Not through the cluster client by address: a seed it does not
+    // hold a connection to under that name, a hostname, makes it reconnect to every node.)
+    let mut asked_at = None;
+    if has_unknown_host(&reply) {
+        if let ConnectionAddr::Tcp(host, port) = table.template.addr() {
+            let seed = (host.clone(), *port);
+            if let Some(mut conn) = connect(&table.template, &seed).await {
+                if let Ok(again) = cmd.query_async(&mut conn).await {
+                    reply = again;
+                    asked_at = Some(host.as_str());
+                }
+            }
         }
-        None => None,
-    };
-    let (reply, asked_at) = match asked {
-        Some(reply) => (reply, seed.as_ref().map(|(host, _)| host.as_str())),
-        None => (cmd.query_async(cluster).await?, None),
-    };
+    }
     let mut routes = Routes {
         slots: vec![0; SLOTS],
         nodes: Vec::new(),
@@ -463,6 +461,38 @@ async fn read_routes(
     Ok(routes)
 }
 
+/// Whether a `CLUSTER SLOTS` reply names a primary by the host '' (the node that answered).
+fn has_unknown_host(reply: &Value) -> bool {
+    let Value::Array(ranges) = reply else {
+        return false;
+    };
+    ranges.iter().any(|range| {
+        primary_of(range)
+            .and_then(|p| host_text(p.first()?))
+            .as_deref()
+            == Some("")
+    })
+}
+
+/// The primary's part of a `CLUSTER SLOTS` range: `[host, port, id, …]`.
+fn primary_of(range: &Value) -> Option<&[Value]> {
+    let Value::Array(parts) = range else {
+        return None;
+    };
+    match parts.get(2)? {
+        Value::Array(primary) => Some(primary),
+        _ => None,
+    }
+}
+
+fn host_text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(b) => std::str::from_utf8(b).ok().map(str::to_owned),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
 /// `[start, end, [host, port, …], …replicas]`: the slots and their primary's address (a host
 /// given as '' is `asked_at`, the host of the node that answered, when known).
 fn slot_range(range: &Value, asked_at: Option<&str>) -> Option<(usize, usize, (String, u16))> {
@@ -474,14 +504,8 @@ fn slot_range(range: &Value, asked_at: Option<&str>) -> Option<(usize, usize, (S
         _ => None,
     };
     let (start, end) = (int(parts.first()?)?, int(parts.get(1)?)?);
-    let Value::Array(primary) = parts.get(2)? else {
-        return None;
-    };
-    let mut host = match primary.first()? {
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.to_owned(),
-        Value::SimpleString(s) => s.clone(),
-        _ => return None,
-    };
+    let primary = primary_of(range)?;
+    let mut host = host_text(primary.first()?)?;
     if host.is_empty() {
         host = asked_at.unwrap_or_default().to_owned();
     }
@@ -656,6 +680,12 @@ mod tests {
             slot_range(&range("10.0.0.7"), Some("10.0.0.5")),
             Some(at("10.0.0.7"))
         );
+        // Only a reply with a '' host is asked again of the seed.
+        assert!(has_unknown_host(&Value::Array(vec![range("")])));
+        assert!(!has_unknown_host(&Value::Array(vec![
+            range("10.0.0.7"),
+            range("?")
+        ])));
     }
 
     #[test]
