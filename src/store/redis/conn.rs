@@ -304,8 +304,10 @@ impl Conn {
     ) -> RedisResult<u64> {
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(replicas).arg(timeout.as_millis() as u64);
-        // On a cluster: the connection the write went on directly, or else the one the
-        // cluster client routes the key to.
+        // On a cluster: the connection the write went on directly; none acknowledged when the
+        // cluster client carried it (it may have followed `ASK` to a node its routes do not
+        // send the key to); else (no write with a key) the node the cluster client routes the
+        // key to.
         let cluster = match &mut self.link {
             Link::Single(conn) => return cmd.query_async(conn).await,
             Link::Routed(conn) => match conn.last() {
