@@ -226,22 +226,35 @@ impl TestCluster {
         }
     }
 
-    /// The port of a replica of the primary at `port`.
+    /// The port of a running replica of the primary at `port`, replicating from it (asked of
+    /// the replicas themselves: the primary's `CLUSTER NODES` may not list it yet).
     pub async fn replica_of(&self, port: u16) -> u16 {
-        let nodes = cluster_nodes(port).await;
-        let id = primaries(&nodes)
-            .into_iter()
-            .find(|m| m.1 == port)
-            .expect("a primary")
-            .0;
-        nodes
-            .lines()
-            .find_map(|line| {
-                let fields: Vec<&str> = line.split(' ').collect();
-                (fields.get(2)?.contains("slave") && *fields.get(3)? == id)
-                    .then(|| node_port_of(fields[1]))?
-            })
-            .expect("the primary has a replica")
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut node(n.port).await)
+                    .await
+                    .unwrap_or_default();
+                let field = |name: &str| {
+                    info.lines()
+                        .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+                        .map(str::to_owned)
+                };
+                if field("role").as_deref() == Some("slave")
+                    && field("master_port") == Some(port.to_string())
+                    && field("master_link_status").as_deref() == Some("up")
+                {
+                    return n.port;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the primary at {port} has no replica"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn live_port(&self) -> u16 {
@@ -421,13 +434,14 @@ async fn cluster_nodes(port: u16) -> String {
         .unwrap()
 }
 
-/// (id, port) of every primary in a `CLUSTER NODES` reply.
+/// (id, port) of every primary serving slots in a `CLUSTER NODES` reply (a replica the node
+/// has not yet heard is one shows as a primary without slots).
 fn primaries(nodes: &str) -> Vec<(String, u16)> {
     nodes
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split(' ').collect();
-            if !fields.get(2)?.contains("master") {
+            if !fields.get(2)?.contains("master") || fields.len() <= 8 {
                 return None;
             }
             Some((fields[0].to_owned(), node_port_of(fields[1])?))
