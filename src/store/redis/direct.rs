@@ -222,23 +222,28 @@ impl Routed {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
         };
-        match Detour::after(&reply) {
+        match self.noted(&reply, node) {
             Detour::None => {
                 self.last = Last::Direct(conn);
                 Some(reply)
             }
-            Detour::LeaveOut => {
-                node.left_out.store(true, Ordering::Relaxed);
-                self.refresh();
-                Some(reply)
-            }
-            Detour::LeaveOutAndResend => {
-                node.left_out.store(true, Ordering::Relaxed);
-                self.refresh();
-                None
-            }
-            Detour::Reroute | Detour::Resend => None,
+            Detour::LeaveOut => Some(reply),
+            Detour::LeaveOutAndResend | Detour::Reroute | Detour::Resend => None,
         }
+    }
+
+    /// What a direct reply from `node` asks for, with the node left out (a lost connection, a
+    /// timeout) and the routes read again (those, and redirections that change them) as it
+    /// says.
+    fn noted(&self, reply: &RedisResult<Value>, node: &Node) -> Detour {
+        let detour = Detour::after(reply);
+        if matches!(detour, Detour::LeaveOut | Detour::LeaveOutAndResend) {
+            node.left_out.store(true, Ordering::Relaxed);
+        }
+        if !matches!(detour, Detour::None | Detour::Resend) {
+            self.refresh();
+        }
+        detour
     }
 }
 
@@ -272,13 +277,7 @@ impl ConnectionLike for Routed {
                 Ok((mut conn, routes, i)) => {
                     let started = Instant::now();
                     let reply = conn.req_packed_command(cmd).await;
-                    let detour = Detour::after(&reply);
-                    if matches!(detour, Detour::LeaveOut | Detour::LeaveOutAndResend) {
-                        routes.nodes[i].left_out.store(true, Ordering::Relaxed);
-                    }
-                    if !matches!(detour, Detour::None | Detour::Resend) {
-                        self.refresh();
-                    }
+                    let detour = self.noted(&reply, &routes.nodes[i]);
                     match detour {
                         Detour::None => {
                             self.last = Last::Direct(conn);
