@@ -287,23 +287,12 @@ impl Application {
         let server = HttpServer::new(move || {
             // Runs on each worker thread: its Redis commands go on a connection of its own.
             crate::store::redis::own_connections();
-            // Innermost first: keyed writes run once (for a known caller, and only once they
-            // are JSON); writes must be JSON; CORS headers go on every answer to an allowed
-            // origin, the guard's 415 included; the security headers go on everything; a HEAD
-            // runs as its GET from here in (the access line and metrics still say HEAD);
-            // every request gets its id (and its span, and its access line); outermost, a
-            // draining replica closes every connection after its answer.
+            // Outermost last: the edge (request id, metrics, security headers, …), CORS, then
+            // admission (the caller, JSON writes, keyed writes); see `http::layers`.
             App::new()
-                .wrap(from_fn(http::idempotency::keyed_writes))
-                .wrap(from_fn(http::guard::json_writes))
-                .wrap(from_fn(http::authenticate))
+                .wrap(from_fn(http::layers::admit))
                 .wrap(http::cors::layer(&origins))
-                .wrap(from_fn(http::cors::refusals_as_problems))
-                .wrap(from_fn(http::guard::security_headers))
-                .wrap(from_fn(http::head_as_get))
-                .wrap(from_fn(http::track_requests))
-                .wrap(from_fn(http::request_id::track))
-                .wrap(from_fn(http::close_while_draining))
+                .wrap(from_fn(http::layers::edge))
                 .configure(http::configure(data.clone()))
         })
         .disable_signals()

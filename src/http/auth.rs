@@ -9,9 +9,9 @@
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::middleware::Next;
 use actix_web::{http::header, web, FromRequest, HttpMessage, HttpRequest, ResponseError};
 
+use super::layers::Rest;
 use super::{rate_limit, ApiError, AppState, Code};
 use crate::auth::{Action, Caller, Denied};
 use crate::domain::{AgentId, SessionId};
@@ -27,9 +27,9 @@ const MANY_EVENTS: &str = "/v1/events";
 
 /// Authenticates a request to a session route, records its caller, and spends one request
 /// of its key's rate (429 past it; `RateLimit` headers on every answer to a key).
-pub async fn authenticate(
+pub async fn authenticate<B: MessageBody + 'static>(
     req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
+    next: impl Rest<B>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     // The decoded path, as the router matches it (`/v1/%73essions` is `/v1/sessions`).
     let path = req.match_info().as_str().to_owned();

@@ -14,9 +14,10 @@ use actix_cors::Cors;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::{header, Method, StatusCode};
-use actix_web::middleware::{Condition, Next};
+use actix_web::middleware::Condition;
 use actix_web::ResponseError;
 
+use super::layers::Rest;
 use super::{ApiError, Code};
 
 /// Methods a page on an allowed origin may use.
@@ -89,10 +90,10 @@ pub fn layer(origins: &[String]) -> Condition<Cors> {
 }
 
 /// Turns `actix-cors`'s plain-text refusal of a preflight into a `cors-refused` problem.
-pub async fn refusals_as_problems(
+pub async fn refusals_as_problems<B: MessageBody>(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    next: impl Rest<B>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
     let preflight = req.method() == Method::OPTIONS
         && req
             .headers()

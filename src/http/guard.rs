@@ -12,13 +12,13 @@
 //! page (clickjacking the review card), or leaking its URL (tokens may ride in it) as a referrer.
 //! A handler that sets its own `Content-Security-Policy` keeps it: the web client's pages do.
 
-use actix_web::body::{EitherBody, MessageBody};
+use actix_web::body::EitherBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::Method;
-use actix_web::middleware::Next;
 use actix_web::ResponseError;
 
+use super::layers::Rest;
 use super::{ApiError, Code};
 
 /// The policy of every response that is not a page: JSON, problems, the event stream. Nothing
@@ -35,10 +35,10 @@ pub const DOCS_CSP: &str =
 
 /// Refuses a write (POST, PUT, PATCH) whose `Content-Type` is not JSON with 415
 /// `unsupported-media-type`, before it reaches a handler, so nothing is appended.
-pub async fn json_writes(
+pub async fn json_writes<B>(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    next: impl Rest<B>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
     let write = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH);
     if write {
         let content_type = req.headers().get(header::CONTENT_TYPE);
@@ -92,10 +92,10 @@ fn truncate(s: &str, max: usize) -> &str {
 
 /// Adds `nosniff`, `no-referrer`, `DENY` framing and a CSP (unless the handler set one) to every
 /// response, including errors raised by inner middleware.
-pub async fn security_headers(
+pub async fn security_headers<B>(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    next: impl Rest<B>,
+) -> Result<ServiceResponse<B>, actix_web::Error> {
     let csp = if req.path() == "/docs" || req.path().starts_with("/docs/") {
         DOCS_CSP
     } else {
@@ -123,6 +123,8 @@ fn add_security_headers(headers: &mut HeaderMap, csp: &'static str) {
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::CONTENT_SECURITY_POLICY, csp),
     ];
+    // Room for these and the request id in one allocation, not a growth as they go in.
+    headers.reserve(defaults.len() + 1);
     for (name, value) in defaults {
         if !headers.contains_key(&name) {
             headers.insert(name, HeaderValue::from_static(value));

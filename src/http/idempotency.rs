@@ -23,11 +23,11 @@ use actix_web::body::{self, BodySize, BoxBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
-use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, HttpResponse, ResponseError};
 use serde_json::Value;
 
 use super::error::payload_error;
+use super::layers::Rest;
 use super::{ApiError, AppState, Code};
 use crate::auth::Caller;
 use crate::service::idempotency::{fingerprint, Admission, Ticket};
@@ -51,14 +51,16 @@ const KEPT_HEADERS: [HeaderName; 6] = [
 ];
 
 /// Runs a keyed write once (see the module docs); any other request passes through.
-pub async fn keyed_writes(
+pub async fn keyed_writes<B: MessageBody + 'static>(
     mut req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
+    next: impl Rest<B>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let write = matches!(*req.method(), Method::POST | Method::PUT);
     // Only session and webhook routes know their caller; nothing else is a keyed write.
-    let caller = req.extensions().get::<Caller>().cloned();
-    let (true, true, Some(caller)) = (write, req.headers().contains_key(KEY_HEADER), caller) else {
+    let caller = (write && req.headers().contains_key(KEY_HEADER))
+        .then(|| req.extensions().get::<Caller>().cloned())
+        .flatten();
+    let Some(caller) = caller else {
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
     let key = match key(req.headers()) {

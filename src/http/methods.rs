@@ -15,7 +15,6 @@ use std::sync::LazyLock;
 use actix_web::body::{self, BodySize, BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
-use actix_web::middleware::Next;
 
 /// One segment of a path template.
 #[derive(Debug, PartialEq)]
@@ -136,9 +135,9 @@ pub fn refused(method: &Method, path: &str) -> bool {
 /// no body. The server never writes a HEAD answer's body, but it would still read a streamed
 /// one to its end; an event stream never ends, so its body is dropped here and the stream
 /// with it. Anything else passes through.
-pub async fn head_as_get(
+pub async fn head_as_get<B: MessageBody + 'static>(
     mut req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
+    next: impl super::layers::Rest<B>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let head = req.method() == Method::HEAD
         && allowed(req.match_info().as_str()).is_some_and(|m| m.contains(&Method::GET));

@@ -1,12 +1,11 @@
 //! Request metrics for `/metrics`: responses by status class and a latency histogram (time to
 //! the response head; an SSE stream counts once, when it starts).
 
+use super::layers::Rest;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::middleware::Next;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
@@ -68,10 +67,10 @@ impl RequestMetrics {
 }
 
 /// Middleware that records every response.
-pub async fn track(
+pub async fn track<B>(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    next: impl Rest<B>,
+) -> Result<ServiceResponse<B>, actix_web::Error> {
     let metrics = req
         .app_data::<actix_web::web::Data<super::AppState>>()
         .cloned();

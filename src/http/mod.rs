@@ -21,6 +21,7 @@ pub mod error;
 mod events;
 pub mod guard;
 pub mod idempotency;
+pub mod layers;
 mod lists;
 mod methods;
 mod metrics;
@@ -39,7 +40,6 @@ mod webhooks;
 pub use auth::authenticate;
 pub use error::{ApiError, Code, Problem};
 pub use methods::head_as_get;
-pub use metrics::track as track_requests;
 pub use system::close_while_draining;
 
 /// What every handler shares.

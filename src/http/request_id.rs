@@ -11,10 +11,8 @@
 //! Handlers and error rendering read it through [`current`] (a task-local scoped to the
 //! request), so no signature changes to carry it.
 
-use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::middleware::Next;
 use tracing::Instrument;
 
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -96,10 +94,10 @@ fn splitmix(state: &std::cell::Cell<u64>) -> u64 {
 /// sets `X-Request-Id` on the response. (An error an inner middleware returns instead of a
 /// response is rendered later, by the server, outside the request's scope: it gets the header
 /// but no `instance`, so this crate's middleware answer refusals as responses.)
-pub async fn track(
+pub async fn track<B>(
     req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    next: impl super::layers::Rest<B>,
+) -> Result<ServiceResponse<B>, actix_web::Error> {
     let id = choose(req.headers().get(&X_REQUEST_ID));
     // The path only: the query may carry an `access_token`.
     let span = tracing::info_span!("request", id = %id, method = %req.method(), path = %req.path());
@@ -220,7 +218,7 @@ mod tests {
         };
         let app = test::init_service(
             App::new()
-                .wrap(from_fn(track))
+                .wrap(from_fn(crate::http::layers::edge))
                 .route("/boom", web::get().to(boom)),
         )
         .await;

@@ -201,10 +201,10 @@ pub async fn metrics(state: State) -> actix_web::HttpResponse {
 /// only the ones the proxy left idle (which a proxy whose keep-alive is shorter than the drain,
 /// as deploy/nginx.conf's, has closed by then): never one the proxy may just have sent a
 /// request on, which it could not retry if it is a POST (nginx answers 502).
-pub async fn close_while_draining(
+pub async fn close_while_draining<B>(
     req: actix_web::dev::ServiceRequest,
-    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
-) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    next: impl super::layers::Rest<B>,
+) -> Result<actix_web::dev::ServiceResponse<B>, actix_web::Error> {
     use actix_web::http::ConnectionType;
     let state = req
         .app_data::<actix_web::web::Data<super::AppState>>()
