@@ -1,7 +1,8 @@
 //! One id per request, `X-Request-Id`, so a client's report, the problem it got and the log
 //! lines about it can be matched up.
 //!
-//! The outermost middleware ([`track`]) takes a client's id when it is a plain token
+//! A step of the outer middleware layer ([`track`], inside only the draining replica's
+//! `Connection: close`; see [`super::layers`]) takes a client's id when it is a plain token
 //! (`[A-Za-z0-9._:-]{1,128}`, e.g. a proxy's or a trace id) and draws a UUID v7 otherwise, so a
 //! header can never smuggle anything into a log line. The id goes back on every response —
 //! problems, unknown routes, static files and event streams included —, into the `instance` of
