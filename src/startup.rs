@@ -342,6 +342,7 @@ impl Application {
         let handle = self.server.handle();
         let shutdown = self.shutdown;
         let engine = self.state.engine.clone();
+        let last_runners = engine.clone();
         let drain_delay = self.drain_delay;
         let listener = self.listener;
         tokio::spawn(async move {
@@ -366,7 +367,14 @@ impl Application {
             stop_listening(&handle, &listener).await;
             handle.stop(true).await;
         });
-        self.server.await
+        let served = self.server.await;
+        // A prompt answered after the engine stopped (during the drain, or in flight when the
+        // server stopped) started its turn's runner, which hands the turn over at once. The
+        // process waits for that before its runtime ends: a runner dropped before it let go
+        // would leave the turn's lease to lapse (3 s) before another replica ran its first
+        // step.
+        last_runners.stop(HANDOFF_GRACE).await;
+        served
     }
 }
 
