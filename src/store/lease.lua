@@ -29,9 +29,11 @@ elseif op == 'renew' then
   redis.call('ZADD', KEYS[1], now + ttl, member)
   return 1
 elseif op == 'handoff' then
-  -- Expired now: the next sweep of any replica claims it.
+  -- Expired now: the next sweep of any replica claims it. Held by no one, so a renew the
+  -- runner had under way when it let go cannot extend it again.
   if holder ~= owner then return 0 end
   redis.call('ZADD', KEYS[1], 0, member)
+  redis.call('HDEL', KEYS[2], member)
   return 1
 elseif op == 'release' then
   if holder ~= owner then return 0 end

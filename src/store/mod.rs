@@ -287,8 +287,9 @@ pub trait TurnLeases: Send + Sync + 'static {
         ttl_ms: u64,
     ) -> BoxFuture<'a, StoreResult<bool>>;
     fn release<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>>;
-    /// Gives the lease up for another replica to claim at its next sweep (expires it now),
-    /// if `owner` holds it: a replica that stops hands its running turns over.
+    /// Gives the lease up for another replica to claim at its next sweep (expires it now, held
+    /// by no one, so a renew sent before it and arriving after it fails), if `owner` holds it:
+    /// a replica that stops hands its running turns over.
     fn handoff<'a>(&'a self, member: &'a str, owner: &'a str) -> BoxFuture<'a, StoreResult<()>>;
     /// Takes up to `max` expired leases for `owner` and returns their members.
     fn claim_expired<'a>(

@@ -404,3 +404,34 @@ async fn sigterm_with_many_running_turns_hands_each_over_within_a_second() {
         sids.len()
     );
 }
+
+/// A stopping runner aborts its lease renewal and hands its turn over, but a renewal already
+/// sent can reach the store after the hand-over. It must not take the turn back: the turn
+/// would then wait out a whole ttl (3 s) for another replica instead of its next sweep.
+#[tokio::test]
+async fn a_renewal_that_reaches_the_store_after_its_hand_over_does_not_keep_the_turn() {
+    use dsh_plan::store::{MemoryLeases, RedisLeases, RedisLog, TurnLeases};
+    let redis = TestRedis::start().await;
+    let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
+    let stores: [(&str, Box<dyn TurnLeases>); 2] = [
+        ("redis", Box::new(RedisLeases::new(&log))),
+        ("memory", Box::new(MemoryLeases::default())),
+    ];
+    for (store, leases) in stores {
+        let member = "0123456789abcdef0123456789abcdef main turn-1";
+        assert!(leases.acquire(member, "a", 3_000).await.unwrap(), "{store}");
+        leases.handoff(member, "a").await.unwrap();
+        assert!(
+            !leases.renew(member, "a", 3_000).await.unwrap(),
+            "{store}: a renewal after the hand-over extended the lease"
+        );
+        assert_eq!(
+            leases.claim_expired("b", 3_000, 64).await.unwrap(),
+            [member],
+            "{store}: the next sweep did not claim the handed-over turn"
+        );
+        // Claimed: its new holder renews it, the old one cannot.
+        assert!(leases.renew(member, "b", 3_000).await.unwrap(), "{store}");
+        assert!(!leases.renew(member, "a", 3_000).await.unwrap(), "{store}");
+    }
+}

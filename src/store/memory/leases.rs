@@ -69,6 +69,8 @@ impl super::super::TurnLeases for MemoryLeases {
         self.with(|m, _| {
             if let Some((holder, expiry)) = m.get_mut(member) {
                 if holder == owner {
+                    // Held by no one: a renew under way when the runner let go fails.
+                    holder.clear();
                     *expiry = 0;
                 }
             }
