@@ -300,6 +300,14 @@ pub trait TurnLeases: Send + Sync + 'static {
     ) -> BoxFuture<'a, StoreResult<Vec<String>>>;
 }
 
+/// 64-bit FNV-1a of `data`: the same on every build and platform, for spreading session ids
+/// over lease groups (which every replica must agree on) and over a process's lock shards.
+pub fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

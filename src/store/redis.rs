@@ -338,10 +338,7 @@ pub const LEASE_GROUPS: usize = 16;
 /// replica (any build, any platform) puts it in the same one.
 pub fn lease_group(member: &str) -> usize {
     let sid = member.split(' ').next().unwrap_or_default();
-    let hash = sid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    (hash % LEASE_GROUPS as u64) as usize
+    (super::fnv1a(sid.as_bytes()) % LEASE_GROUPS as u64) as usize
 }
 
 impl RedisLeases {
