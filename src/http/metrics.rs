@@ -1,11 +1,12 @@
 //! Request metrics for `/metrics`: responses by status class and a latency histogram (time to
 //! the response head; an SSE stream counts once, when it starts).
 
-use super::layers::Rest;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use actix_web::dev::{ServiceRequest, ServiceResponse};
+
+use super::layers::Rest;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
