@@ -14,6 +14,7 @@
 //! stops hands its leases over (expired at once), so another continues within a sweep.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -205,7 +206,7 @@ impl Engine {
             + Send
             + Sync
             + 'static,
-        opened: impl Fn(&T) -> Option<&Prompted>,
+        opened: impl Fn(&T) -> Option<&Prompted> + Send + Sync + 'static,
     ) -> Result<Decided<T>, ServiceError> {
         let decide = Arc::new(decide);
         // A keyed request's retry draws the same turn id, so it rebuilds the turn its first
@@ -225,48 +226,56 @@ impl Engine {
                 .and_then(|(v, _)| opened(&v).map(|p| !p.steered && p.turn == t.turn))
                 .unwrap_or(false)
         };
-        // A decision that would open a turn counts against the tenant's running turns first:
-        // over the quota, nothing is appended. Steering a running turn is never refused.
         let state = self.sessions.state(sid).await?;
         let tenant = state.terms.tenant.clone();
         let admitted = opens(&state);
-        if admitted {
-            self.limits.admit_turn(tenant.as_ref(), &t.member()).await?;
-        }
-        // The lease exists before the turn does: a crash right after the commit leaves a lease
-        // that expires and gets adopted, never an open turn nobody will run.
-        let leased = self
-            .leases
-            .acquire(&t.member(), &self.owner, self.ttl_ms())
-            .await;
-        let decided = match leased {
-            Ok(_) => {
-                let (decide, turn) = (decide.clone(), t.turn.clone());
-                let on_turn = move |s: &SessionState| decide(s, &turn);
-                self.sessions.decide(sid, on_turn).await
+        let (this, sid) = (self.clone(), sid.clone());
+        self.detached(async move {
+            // A decision that would open a turn counts against the tenant's running turns
+            // first: over the quota, nothing is appended. Steering a running turn is never
+            // refused.
+            if admitted {
+                this.limits.admit_turn(tenant.as_ref(), &t.member()).await?;
             }
-            Err(e) => Err(e.into()),
-        };
-        let started = decided
-            .as_ref()
-            .ok()
-            .and_then(|d| opened(&d.value))
-            .is_some_and(|p| !p.steered && p.turn == t.turn);
-        if admitted && !started {
-            if let Err(e) = self.limits.end_turn(tenant.as_ref(), &t.member()).await {
-                tracing::warn!(error = %e, "releasing an unopened turn's quota failed; it expires");
+            // The lease exists before the turn does: a crash right after the commit leaves a
+            // lease that expires and gets adopted, never an open turn nobody will run.
+            let (held, decided) = match this
+                .leases
+                .acquire(&t.member(), &this.owner, this.ttl_ms())
+                .await
+            {
+                Ok(held) => {
+                    let (decide, turn) = (decide.clone(), t.turn.clone());
+                    let on_turn = move |s: &SessionState| decide(s, &turn);
+                    (held, this.sessions.decide(&sid, on_turn).await)
+                }
+                Err(e) => (false, Err(e.into())),
+            };
+            let started = decided
+                .as_ref()
+                .ok()
+                .and_then(|d| opened(&d.value))
+                .is_some_and(|p| !p.steered && p.turn == t.turn);
+            if admitted && !started {
+                if let Err(e) = this.limits.end_turn(tenant.as_ref(), &t.member()).await {
+                    tracing::warn!(error = %e, "releasing an unopened turn's quota failed; it expires");
+                }
             }
-        }
-        match &decided {
-            // Its runner keeps it counted (also when it opened without an admission: the
-            // agent looked busy, then its turn ended just before this one opened).
-            _ if started => self.spawn_turn(t),
-            // An outage may have hidden a commit: keep the lease, so if a turn did open, the
-            // sweeper adopts it when the lease expires (and releases it if none did).
-            Err(ServiceError::Store(_)) => {}
-            _ => self.leases.release(&t.member(), &self.owner).await?,
-        }
-        decided
+            match &decided {
+                // Its runner keeps it counted (also when it opened without an admission: the
+                // agent looked busy, then its turn ended just before this one opened).
+                _ if started && held => this.spawn_turn(t),
+                // A keyed retry of a request whose first attempt opened the turn elsewhere:
+                // the replica holding its lease runs it (or, gone, lets it expire for a sweep).
+                _ if started => {}
+                // An outage may have hidden a commit: keep the lease, so if a turn did open,
+                // the sweeper adopts it when the lease expires (and releases it if none did).
+                Err(ServiceError::Store(_)) => {}
+                _ => this.leases.release(&t.member(), &this.owner).await?,
+            }
+            decided
+        })
+        .await
     }
 
     /// Closes a question (answer or dismiss) and continues its waiting turn here. The turn's
@@ -288,26 +297,55 @@ impl Engine {
             agent: q.agent.clone(),
             turn: q.asked.turn.clone(),
         });
-        let mut leased = None;
-        if let Some(t) = turn {
-            // Held elsewhere: that runner is leaving and re-checks the log after it lets go.
-            if self
-                .leases
-                .acquire(&t.member(), &self.owner, self.ttl_ms())
-                .await?
-            {
-                leased = Some(t);
+        let (this, sid) = (self.clone(), sid.clone());
+        self.detached(async move {
+            let mut leased = None;
+            if let Some(t) = turn {
+                // Held elsewhere: that runner is leaving and re-checks the log after it lets
+                // go.
+                if this
+                    .leases
+                    .acquire(&t.member(), &this.owner, this.ttl_ms())
+                    .await?
+                {
+                    leased = Some(t);
+                }
             }
+            let decided = this.sessions.decide(&sid, decide).await;
+            match (&decided, leased) {
+                // An outage may have hidden a commit: the lease expires and a sweeper looks.
+                (Err(ServiceError::Store(_)), _) | (_, None) => {}
+                // Refused too (another answer won): the winner found this lease taken, so the
+                // runner starts here all the same, and reads from the log what the turn does.
+                (_, Some(t)) => this.spawn_turn(t),
+            }
+            decided
+        })
+        .await
+    }
+
+    /// Runs `work` (a turn's opening or resumption: a lease taken, a commit, a runner started)
+    /// to its end as a task on the engine's runtime, and waits for it. A caller that goes away
+    /// meanwhile (its client hung up) does not cut it short: otherwise a turn could open with
+    /// its lease taken and no runner, and wait out the lease's ttl for a sweep. The task runs
+    /// as the keyed request the caller runs, if any.
+    async fn detached<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = Result<T, ServiceError>> + Send + 'static,
+    ) -> Result<T, ServiceError> {
+        let task = match crate::service::idempotency::current() {
+            Some(request) => self
+                .runtime
+                .spawn(crate::service::idempotency::run(request, work)),
+            None => self.runtime.spawn(work),
+        };
+        match task.await {
+            Ok(done) => done,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(ServiceError::Store(StoreError::Unavailable(
+                "the replica is stopping".into(),
+            ))),
         }
-        let decided = self.sessions.decide(sid, decide).await;
-        match (&decided, leased) {
-            // An outage may have hidden a commit: the lease expires and a sweeper looks.
-            (Err(ServiceError::Store(_)), _) | (_, None) => {}
-            // Refused too (another answer won): the winner found this lease taken, so the
-            // runner starts here all the same, and reads from the log what the turn does.
-            (_, Some(t)) => self.spawn_turn(t),
-        }
-        decided
     }
 
     /// Ends the agent's running turn from any replica; the replica running it abandons the

@@ -435,3 +435,39 @@ async fn a_renewal_that_reaches_the_store_after_its_hand_over_does_not_keep_the_
         assert!(!leases.renew(member, "a", 3_000).await.unwrap(), "{store}");
     }
 }
+
+/// A prompt whose caller goes away while its commit is under way (its client hung up) still
+/// runs the turn it opened, at once: the turn's lease is taken before the commit, so a runner
+/// that never started would leave the turn waiting out the lease's ttl (3 s) for a sweep.
+#[tokio::test]
+async fn a_prompt_whose_client_hangs_up_mid_commit_still_runs_its_turn_at_once() {
+    use dsh_plan::domain::{AgentId, SessionId};
+    let redis = TestRedis::start().await;
+    let (app, log, state) = crate::counting::app(&redis).await;
+    let sid = app.create_session().await;
+    let (id, main) = (SessionId::parse(&sid).unwrap(), AgentId::root());
+
+    log.held.arm();
+    let prompt = state.engine.prompt(&id, &main, "hello");
+    tokio::select! {
+        _ = prompt => panic!("the prompt finished past a held commit"),
+        _ = log.held.entered() => {}
+    }
+    // The prompt is dropped with its commit held: the caller is gone.
+    let released = std::time::Instant::now();
+    log.held.release();
+    let events = app
+        .await_event(&sid, "the turn's end", |e| e["type"] == "turn/ended")
+        .await;
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "the turn ended {} ms after its commit went on: it waited for its lease to expire",
+        took.as_millis()
+    );
+    let opened = events
+        .iter()
+        .filter(|e| e["type"] == "turn/started")
+        .count();
+    assert_eq!(opened, 1, "one turn opened: {events:#?}");
+}

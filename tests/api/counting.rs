@@ -7,6 +7,41 @@ pub struct CountingLog {
     pub inner: std::sync::Arc<dyn dsh_plan::store::EventLog>,
     pub read: std::sync::atomic::AtomicUsize,
     pub appends: std::sync::atomic::AtomicUsize,
+    /// Holds the next append back, once armed.
+    pub held: Gate,
+}
+
+/// Holds one append back: armed, the next append waits until released (see
+/// [`Gate::entered`]).
+#[derive(Default)]
+pub struct Gate {
+    armed: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+impl Gate {
+    /// Holds the next append back.
+    pub fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Resolves once the held append is waiting.
+    pub async fn entered(&self) {
+        self.entered.notified().await
+    }
+
+    /// Lets the held append go on.
+    pub fn release(&self) {
+        self.release.notify_one();
+    }
+
+    async fn pass(&self) {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.release.notified().await;
+        }
+    }
 }
 
 impl CountingLog {
@@ -79,6 +114,7 @@ mod store {
             ttl_ms: u64,
         ) -> BoxFuture<'a, StoreResult<Append>> {
             Box::pin(async move {
+                self.held.pass().await;
                 let out = self.inner.append(sid, expected, events, ttl_ms).await?;
                 Ok(self.conflicts(out))
             })
@@ -93,6 +129,7 @@ mod store {
             mark: &'a Mark,
         ) -> BoxFuture<'a, StoreResult<Append>> {
             Box::pin(async move {
+                self.held.pass().await;
                 let out = self
                     .inner
                     .append_once(sid, expected, events, ttl_ms, mark)
@@ -121,4 +158,46 @@ mod store {
             self.inner.delete(sid)
         }
     }
+}
+
+/// An application on `redis` whose session log is a [`CountingLog`] (the live bus, leases
+/// and the rest on Redis as usual), served on loopback; with its state, for tests that drive
+/// the engine directly.
+pub async fn app(
+    redis: &crate::helpers::TestRedis,
+) -> (
+    crate::helpers::TestApp,
+    std::sync::Arc<CountingLog>,
+    std::sync::Arc<dsh_plan::http::AppState>,
+) {
+    use dsh_plan::store::{RedisLeases, RedisLimits, RedisLog, RedisRequests};
+    use std::sync::Arc;
+    let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
+    let leases = Arc::new(RedisLeases::new(&log));
+    let limits = Arc::new(RedisLimits::new(&log));
+    let requests = Arc::new(RedisRequests::new(&log));
+    let log = Arc::new(log);
+    let counting = Arc::new(CountingLog {
+        inner: log.clone(),
+        read: Default::default(),
+        appends: Default::default(),
+        held: Default::default(),
+    });
+    let stores = dsh_plan::startup::Stores {
+        log: counting.clone(),
+        live: log.clone(),
+        leases,
+        keys: log.clone(),
+        limits,
+        requests,
+        webhooks: None,
+    };
+    let mut settings = dsh_plan::config::Settings::local(Some(redis.url.clone()));
+    settings.key_prefix = redis.prefix.clone();
+    settings.fixture_token_delay_ms = 1;
+    let app = dsh_plan::startup::Application::build_with_store(settings, stores)
+        .await
+        .unwrap();
+    let state = app.state();
+    (crate::helpers::serve(app), counting, state)
 }

@@ -23,6 +23,7 @@ async fn counting(redis: Option<&TestRedis>) -> Arc<CountingLog> {
         inner,
         read: Default::default(),
         appends: Default::default(),
+        held: Default::default(),
     })
 }
 

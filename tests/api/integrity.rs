@@ -301,37 +301,11 @@ async fn text_sent_with_an_approval_reaches_the_model() {
 async fn a_turn_and_projection_reads_on_a_long_session_read_only_past_the_fold() {
     use dsh_plan::domain::event::{EventKind, PlanSelect};
     use dsh_plan::domain::{AgentId, NewEvent, SessionId};
-    use dsh_plan::store::{Anchor, Append, EventLog, RedisLeases, RedisLog};
-    use std::sync::Arc;
+    use dsh_plan::store::{Anchor, Append};
 
     let redis = TestRedis::start().await;
-    let log = RedisLog::connect(&redis.url, &redis.prefix).await.unwrap();
-    let leases = Arc::new(RedisLeases::new(&log));
-    let limits = Arc::new(dsh_plan::store::RedisLimits::new(&log));
-    let requests = Arc::new(dsh_plan::store::RedisRequests::new(&log));
-    let log = Arc::new(log);
-    let counting = Arc::new(crate::counting::CountingLog {
-        inner: log.clone(),
-        read: Default::default(),
-        appends: Default::default(),
-    });
-    let stores = dsh_plan::startup::Stores {
-        log: counting.clone(),
-        live: log.clone(),
-        leases,
-        keys: log.clone(),
-        limits,
-        requests,
-        webhooks: None,
-    };
-    let mut settings = dsh_plan::config::Settings::local(Some(redis.url.clone()));
-    settings.key_prefix = redis.prefix.clone();
-    settings.fixture_token_delay_ms = 1;
-    let app = dsh_plan::startup::Application::build_with_store(settings, stores)
-        .await
-        .unwrap();
-    let app = crate::helpers::serve(app);
-
+    let (app, counting, _) = crate::counting::app(&redis).await;
+    let log = counting.inner.clone();
     let sid = app.create_session().await;
     app.spawn_agent(&sid, None).await.ok();
     // 10,000 recorded choices of another agent, written straight to the log.
