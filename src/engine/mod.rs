@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ mod placement;
 pub mod provider;
 mod runner;
 
-use placement::TurnRef;
+use placement::{Settling, TurnRef};
 
 use assembly::Prompting;
 use provider::ModelClient;
@@ -77,6 +78,10 @@ pub struct Engine {
     deltas: deltas::Publisher,
     /// Turns this process is running, so a sweep never starts a second runner here.
     running: Mutex<HashSet<String>>,
+    /// Turn openings ([`Engine::submit`], [`Engine::close_question`]) and runners' last
+    /// re-checks under way: each may start a runner yet, so [`Engine::stop`] waits for them
+    /// as for the runners.
+    settling: AtomicUsize,
     /// Set when the replica stops: no adoption, runners hand their turns over.
     stopping: tokio::sync::watch::Sender<bool>,
     /// The runtime turn runners live on (not an HTTP worker's), so they outlive requests.
@@ -146,6 +151,7 @@ impl Engine {
             timing: config.timing,
             deltas: deltas::Publisher::start(live),
             running: Mutex::new(HashSet::new()),
+            settling: AtomicUsize::new(0),
             stopping: tokio::sync::watch::channel(false).0,
             runtime: tokio::runtime::Handle::current(),
             limits: config.limits,
@@ -330,9 +336,14 @@ impl Engine {
     /// its lease taken and no runner, and wait out the lease's ttl for a sweep. The task runs
     /// as the keyed request the caller runs, if any.
     async fn detached<T: Send + 'static>(
-        &self,
+        self: &Arc<Self>,
         work: impl Future<Output = Result<T, ServiceError>> + Send + 'static,
     ) -> Result<T, ServiceError> {
+        let settling = Settling::new(self);
+        let work = async move {
+            let _settling = settling;
+            work.await
+        };
         let task = match crate::service::idempotency::current() {
             Some(request) => self
                 .runtime

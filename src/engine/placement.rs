@@ -56,11 +56,14 @@ impl Engine {
 
     /// Stops adopting turns and hands every running turn over at its next safe point (a
     /// provider request in flight is abandoned; its step is retried elsewhere with the same
-    /// frozen request). Waits up to `grace` for the runners to let go.
+    /// frozen request). Waits up to `grace` for the runners to let go, and for turn openings
+    /// under way (whose callers may be gone) to start and hand over theirs.
     pub async fn stop(&self, grace: Duration) {
         self.stopping.send_replace(true);
         let deadline = tokio::time::Instant::now() + grace;
-        while self.running_turns() > 0 && tokio::time::Instant::now() < deadline {
+        while (self.running_turns() > 0 || self.settling.load(Ordering::SeqCst) > 0)
+            && tokio::time::Instant::now() < deadline
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -156,12 +159,16 @@ impl Engine {
             if let Err(e) = let_go {
                 tracing::warn!(%member, error = %e, "letting go of the lease failed; it expires");
             }
+            // Counted as settling from before it leaves the running set until its re-check
+            // is done, so a stop waits for both.
+            let settling = Settling::new(&engine);
             drop(_running);
             if matches!(result, Ok(Exit::Waiting)) {
                 // An answer that landed while we were leaving found the lease taken: look
                 // once more, now that it is free.
                 engine.recheck(t).await;
             }
+            drop(settling);
         });
     }
 
@@ -265,6 +272,22 @@ pub(super) async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
 
 /// A turn in this process's running set, until dropped.
 struct Running<'a>(&'a Engine, &'a str);
+
+/// Counts work that may start a runner yet in [`Engine::settling`] while it lives.
+pub(super) struct Settling(Arc<Engine>);
+
+impl Settling {
+    pub(super) fn new(engine: &Arc<Engine>) -> Self {
+        engine.settling.fetch_add(1, Ordering::SeqCst);
+        Self(engine.clone())
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        self.0.settling.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {

@@ -441,33 +441,87 @@ async fn a_renewal_that_reaches_the_store_after_its_hand_over_does_not_keep_the_
 /// that never started would leave the turn waiting out the lease's ttl (3 s) for a sweep.
 #[tokio::test]
 async fn a_prompt_whose_client_hangs_up_mid_commit_still_runs_its_turn_at_once() {
-    use dsh_plan::domain::{AgentId, SessionId};
     let redis = TestRedis::start().await;
-    let (app, log, state) = crate::counting::app(&redis).await;
-    let sid = app.create_session().await;
-    let (id, main) = (SessionId::parse(&sid).unwrap(), AgentId::root());
-
-    log.held.arm();
-    let prompt = state.engine.prompt(&id, &main, "hello");
-    tokio::select! {
-        _ = prompt => panic!("the prompt finished past a held commit"),
-        _ = log.held.entered() => {}
-    }
+    let (app, log, _, sid, prompt) = a_held_prompt(&redis).await;
     // The prompt is dropped with its commit held: the caller is gone.
+    prompt.abort();
+    assert!(
+        prompt.await.unwrap_err().is_cancelled(),
+        "the prompt finished past a held commit"
+    );
     let released = std::time::Instant::now();
     log.held.release();
-    let events = app
-        .await_event(&sid, "the turn's end", |e| e["type"] == "turn/ended")
-        .await;
-    let took = released.elapsed();
-    assert!(
-        took < Duration::from_millis(1500),
-        "the turn ended {} ms after its commit went on: it waited for its lease to expire",
-        took.as_millis()
-    );
+    let events = ends_soon(&app, &sid, released, "its commit went on").await;
     let opened = events
         .iter()
         .filter(|e| e["type"] == "turn/started")
         .count();
     assert_eq!(opened, 1, "one turn opened: {events:#?}");
+}
+
+/// A replica that stops while a prompt's commit is under way waits for that turn's opening
+/// too, not only for the runners it has: the turn opens, is handed over at once, and another
+/// replica runs it within a sweep, instead of after its lease's ttl (3 s).
+#[tokio::test]
+async fn a_replica_stopping_during_a_prompts_commit_hands_the_new_turn_over() {
+    let redis = TestRedis::start().await;
+    let (_stopping, log, state, sid, prompt) = a_held_prompt(&redis).await;
+    let stop = state.engine.stop(Duration::from_secs(5));
+    tokio::pin!(stop);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut stop)
+            .await
+            .is_err(),
+        "the stop did not wait for the turn being opened"
+    );
+    log.held.release();
+    stop.await;
+    assert!(prompt.await.unwrap().is_ok(), "the prompt committed");
+
+    let other = spawn_replica(Some(&redis), "other").await;
+    ends_soon(&other, &sid, std::time::Instant::now(), "the stop").await;
+}
+
+/// A replica whose log holds its next append back, a session on it, and a prompt to the
+/// session's root agent sent from a task of its own, once its commit is held.
+async fn a_held_prompt(
+    redis: &TestRedis,
+) -> (
+    TestApp,
+    std::sync::Arc<crate::counting::CountingLog>,
+    std::sync::Arc<dsh_plan::http::AppState>,
+    String,
+    tokio::task::JoinHandle<
+        Result<dsh_plan::domain::turn::Prompted, dsh_plan::service::ServiceError>,
+    >,
+) {
+    use dsh_plan::domain::{AgentId, SessionId};
+    let (app, log, state) = crate::counting::app(redis).await;
+    let sid = app.create_session().await;
+    let (id, main) = (SessionId::parse(&sid).unwrap(), AgentId::root());
+    log.held.arm();
+    let engine = state.engine.clone();
+    let prompt = tokio::spawn(async move { engine.prompt(&id, &main, "hello").await });
+    log.held.entered().await;
+    (app, log, state, sid, prompt)
+}
+
+/// Waits for the session's turn to end on `app`, asserts it ended within 1.5 s of `since`
+/// (`what`), where a turn left to its lease's expiry takes 3 s, and returns the log.
+async fn ends_soon(
+    app: &TestApp,
+    sid: &str,
+    since: std::time::Instant,
+    what: &str,
+) -> Vec<serde_json::Value> {
+    let events = app
+        .await_event(sid, "the turn's end", |e| e["type"] == "turn/ended")
+        .await;
+    let took = since.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "the turn ended {} ms after {what}: it waited for its lease to expire; log: {events:#?}",
+        took.as_millis()
+    );
+    events
 }
