@@ -63,22 +63,31 @@ impl TestRedis {
         Self::start_private_with(Some(password.to_owned())).await
     }
 
+    /// A port free when picked can be taken before redis-server binds it (by another test's
+    /// server, or as an outgoing connection's port): the server then exits, and another one
+    /// may be answering on that port. So it starts again on another port until the server
+    /// that answers is this one.
     async fn start_private_with(password: Option<String>) -> Self {
-        let port = free_port();
-        let child = Self::spawn(port, password.as_deref());
-        let url = match &password {
-            Some(pw) => format!("redis://default:{pw}@127.0.0.1:{port}"),
-            None => format!("redis://127.0.0.1:{port}"),
-        };
-        let redis = Self {
-            url,
-            port,
-            prefix: fresh_prefix(),
-            password,
-            child: Some(child),
-        };
-        redis.wait_ready().await;
-        redis
+        for _ in 0..5 {
+            let port = free_port();
+            let mut child = Self::spawn(port, password.as_deref());
+            let url = match &password {
+                Some(pw) => format!("redis://default:{pw}@127.0.0.1:{port}"),
+                None => format!("redis://127.0.0.1:{port}"),
+            };
+            if answers_as(&url, &mut child).await {
+                return Self {
+                    url,
+                    port,
+                    prefix: fresh_prefix(),
+                    password,
+                    child: Some(child),
+                };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("redis-server did not start: five free ports were taken before it bound them");
     }
 
     /// Kills this test's redis-server and starts an empty one on the same port, as a Redis
@@ -234,6 +243,26 @@ pub(crate) async fn wait_ping(url: &str) {
                 .is_ok()
             {
                 return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("redis-server did not start at {url}");
+}
+
+/// Waits until the redis-server at `url` answers and tells whether it is `child` (false:
+/// `child` exited, or another server holds its port).
+async fn answers_as(url: &str, child: &mut Child) -> bool {
+    let client = redis::Client::open(url).unwrap();
+    let ours = format!("process_id:{}", child.id());
+    for _ in 0..1000 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return false;
+        }
+        if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+            let mut info = redis::cmd("INFO");
+            if let Ok(info) = info.arg("server").query_async::<String>(&mut c).await {
+                return info.lines().any(|line| line.trim() == ours);
             }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -663,4 +692,16 @@ macro_rules! on_both_stores {
             }
         )*
     };
+}
+
+/// A test's redis-server that could not bind its port (another server took it first) is not
+/// mistaken for the server answering there.
+#[tokio::test]
+async fn a_redis_server_whose_port_was_taken_is_not_mistaken_for_the_one_answering() {
+    let first = TestRedis::start_private().await;
+    let mut second = TestRedis::spawn(first.port, None);
+    let mistaken = answers_as(&first.url, &mut second).await;
+    let _ = second.kill();
+    let _ = second.wait();
+    assert!(!mistaken, "the first server's answer was taken for the second's");
 }
