@@ -369,11 +369,11 @@ impl Application {
         });
         let served = self.server.await;
         // A prompt answered after the engine stopped (during the drain, or in flight when the
-        // server stopped) started its turn's runner, which hands the turn over at once. The
-        // process waits for that before its runtime ends: a runner dropped before it let go
-        // would leave the turn's lease to lapse (3 s) before another replica ran its first
-        // step.
-        last_runners.stop(HANDOFF_GRACE).await;
+        // server stopped) started its turn's runner, which hands the turn over at once; a
+        // prompt whose client went away may still be opening its turn. The process waits for
+        // both before its runtime ends: a runner dropped before it let go would leave the
+        // turn's lease to lapse (3 s) before another replica ran its first step.
+        last_runners.finish(HANDOFF_GRACE).await;
         served
     }
 }

@@ -19,6 +19,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::composition::Composition;
 use crate::domain::turn::{Prompted, TurnRules};
 use crate::domain::{AgentId, DomainError, NewEvent, SessionId, SessionState};
@@ -79,7 +81,7 @@ pub struct Engine {
     /// Turns this process is running, so a sweep never starts a second runner here.
     running: Mutex<HashSet<String>>,
     /// Turn openings ([`Engine::submit`], [`Engine::close_question`]) and runners' last
-    /// re-checks under way: each may start a runner yet, so [`Engine::stop`] waits for them
+    /// re-checks under way: each may start a runner yet, so [`Engine::finish`] waits for them
     /// as for the runners.
     settling: AtomicUsize,
     /// Set when the replica stops: no adoption, runners hand their turns over.
@@ -343,7 +345,9 @@ impl Engine {
         let work = async move {
             let _settling = settling;
             work.await
-        };
+        }
+        // Its log lines keep the request's id.
+        .instrument(tracing::Span::current());
         let task = match crate::service::idempotency::current() {
             Some(request) => self
                 .runtime

@@ -56,14 +56,27 @@ impl Engine {
 
     /// Stops adopting turns and hands every running turn over at its next safe point (a
     /// provider request in flight is abandoned; its step is retried elsewhere with the same
-    /// frozen request). Waits up to `grace` for the runners to let go, and for turn openings
-    /// under way (whose callers may be gone) to start and hand over theirs.
+    /// frozen request). Waits up to `grace` for the runners to let go.
     pub async fn stop(&self, grace: Duration) {
         self.stopping.send_replace(true);
+        self.wait_until(grace, |e| e.running_turns() == 0).await;
+    }
+
+    /// The last wait before the process ends (its server stopped): [`Engine::stop`], and also
+    /// for the turn openings and runners' re-checks still under way (whose callers may be
+    /// gone), which may start a runner yet; that runner hands its turn over at once. Waits up
+    /// to `grace` in all.
+    pub async fn finish(&self, grace: Duration) {
+        self.stopping.send_replace(true);
+        self.wait_until(grace, |e| {
+            e.running_turns() == 0 && e.settling.load(Ordering::SeqCst) == 0
+        })
+        .await;
+    }
+
+    async fn wait_until(&self, grace: Duration, done: impl Fn(&Self) -> bool) {
         let deadline = tokio::time::Instant::now() + grace;
-        while (self.running_turns() > 0 || self.settling.load(Ordering::SeqCst) > 0)
-            && tokio::time::Instant::now() < deadline
-        {
+        while !done(self) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

@@ -703,5 +703,8 @@ async fn a_redis_server_whose_port_was_taken_is_not_mistaken_for_the_one_answeri
     let mistaken = answers_as(&first.url, &mut second).await;
     let _ = second.kill();
     let _ = second.wait();
-    assert!(!mistaken, "the first server's answer was taken for the second's");
+    assert!(
+        !mistaken,
+        "the first server's answer was taken for the second's"
+    );
 }
