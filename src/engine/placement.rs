@@ -173,7 +173,7 @@ impl Engine {
                 tracing::warn!(%member, error = %e, "letting go of the lease failed; it expires");
             }
             // Counted as settling from before it leaves the running set until its re-check
-            // is done, so a stop waits for both.
+            // is done, so the last wait before the process ends (`finish`) covers both.
             let settling = Settling::new(&engine);
             drop(_running);
             if matches!(result, Ok(Exit::Waiting)) {
@@ -286,6 +286,12 @@ pub(super) async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
 /// A turn in this process's running set, until dropped.
 struct Running<'a>(&'a Engine, &'a str);
 
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running().remove(self.1);
+    }
+}
+
 /// Counts work that may start a runner yet in [`Engine::settling`] while it lives.
 pub(super) struct Settling(Arc<Engine>);
 
@@ -299,11 +305,5 @@ impl Settling {
 impl Drop for Settling {
     fn drop(&mut self) {
         self.0.settling.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        self.0.running().remove(self.1);
     }
 }
