@@ -83,8 +83,15 @@ impl Engine {
 
     /// Claims expired leases, a batch per round trip, until none are left (or one sweep's
     /// share is reached): a replica that stops hands over all its turns at once.
+    ///
+    /// A stopping replica claims nothing more, and `finish` waits for a round between its
+    /// claim and its runners' start: what it claimed is handed over, not left to lapse.
     async fn sweep(self: &Arc<Self>) {
         for _ in 0..SWEEP_ROUNDS {
+            if *self.stopping.borrow() {
+                return;
+            }
+            let _settling = Settling::new(self);
             let claimed = self
                 .leases
                 .claim_expired(&self.owner, self.ttl_ms(), SWEEP_BATCH)
