@@ -5,8 +5,11 @@
 //! One stream per session, key `<prefix>:{<sid>}:log` (hash-tagged, so a session's keys share a
 //! cluster slot), entry ids `<seq>-0`. Appends run `append.lua`, which checks the last entry id
 //! and `XADD`s in one atomic step; the stream's own last id is the version, never `XLEN` (which
-//! is wrong after trimming). The same script sets the session's retention as a TTL on each of
-//! its keys ([`RedisLog::session_keys`]), and `delete.lua` removes them all. Live messages go
+//! is wrong after trimming). The usual write, one event of an unkeyed request, takes a direct
+//! path instead (`append.rs`): an `XADD` with the next seq as its id and a read of the entry it
+//! follows, in one round trip, which together check what the script checks. Both set the
+//! session's retention as a TTL on each of its keys ([`RedisLog::session_keys`]), and
+//! `delete.lua` removes them all. Live messages go
 //! out on the session's own channel (`live.rs`), so a replica hears only the sessions it has
 //! subscribers for; their payloads are encoded and decoded in `wire.rs`. A write Redis
 //! refuses for want of memory is [`StoreError::Full`], any other failure `Unavailable`.
@@ -24,6 +27,7 @@ use super::{Anchor, Append, EventLog, Mark, StoreResult};
 use crate::domain::{NewEvent, Recorded, SessionId};
 
 mod append;
+mod clock;
 #[cfg(test)]
 mod codec_tests;
 mod conn;
@@ -57,6 +61,10 @@ pub struct RedisLog {
     pub(super) prefix: String,
     append: Script,
     delete: Script,
+    /// Takes back an entry a direct append wrote on a log that had lost entries.
+    undo: Script,
+    /// Redis's clock for direct appends' commit times.
+    clock: clock::RedisClock,
     wait_replicas: u32,
     /// Writes refused for want of memory, shared with the leases.
     pressure: Arc<Pressure>,
@@ -88,6 +96,8 @@ impl RedisLog {
         Ok(Self {
             append: publish(include_str!("append.lua")),
             delete: publish(include_str!("delete.lua")),
+            undo: Script::new(include_str!("undo.lua")),
+            clock: clock::RedisClock::default(),
             target,
             conn,
             prefix: prefix.to_owned(),

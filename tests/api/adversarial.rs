@@ -112,6 +112,52 @@ async fn a_decision_is_never_committed_on_a_cache_that_the_log_has_replaced() {
     );
 }
 
+/// Redis loses the tail of a session's log (it comes back from an earlier snapshot) and nothing
+/// writes it back. A replica whose fold still holds the lost entry writes the next seq of its
+/// fold: Redis takes it (the log's last id is lower), and the read in the same round trip shows
+/// the entry it built on is gone. The write is taken back before anything is published, the
+/// decision made again on what is left, and the log keeps no gap: the next write lands right
+/// after what Redis kept.
+#[tokio::test]
+async fn a_write_on_a_fold_past_what_the_log_lost_is_taken_back_and_decided_again() {
+    let redis = TestRedis::start().await;
+    let a = spawn_replica(Some(&redis), "a").await;
+    let sid = a.create_session().await;
+    let snapshot = redis.snapshot(&sid).await;
+    a.set_plan(&sid, "main", true).await.ok(); // seq 2, then lost
+    redis.lose_since(&sid, snapshot).await;
+    // On A's fold plan mode is on: turning it off is a change there, none on the log.
+    let off = a.set_plan(&sid, "main", false).await.ok();
+    assert_eq!(
+        (
+            &off["outcome"],
+            &off["last_event_id"],
+            &off["plan"]["active"]
+        ),
+        (&json!("noop"), &json!("1-0"), &json!(false)),
+        "{off}"
+    );
+    let types = |events: Vec<serde_json::Value>| {
+        events
+            .iter()
+            .map(|e| format!("{} {}", e["id"], e["type"]))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        types(a.events(&sid).await),
+        ["\"1-0\" \"session/created\""],
+        "the write made on the lost entry stayed in the log"
+    );
+    // The stream's last id went back with it: the next write takes seq 2.
+    a.set_plan(&sid, "main", true).await.ok();
+    assert_eq!(
+        types(a.events(&sid).await),
+        ["\"1-0\" \"session/created\"", "\"2-0\" \"plan/mode\""]
+    );
+    let (ok, out) = verify(&redis, &sid);
+    assert!(ok, "verify: {out}");
+}
+
 /// A provider chunk with an absurd tool-call `index` fails the step instead of panicking, and
 /// a runner that panics anyway ends its turn as failed and stops renewing its lease: no turn
 /// stays `running` with nobody running it.

@@ -1,10 +1,14 @@
-//! Compare-and-append (`append.lua`): the one command that writes a session's events, with the
-//! marker of a keyed request (`Idempotency-Key`) checked and set in the same atomic step. The
-//! markers are fields of one hash of the session (see [`RedisLog::session_keys`]), so they
-//! expire and are deleted with it.
+//! Compare-and-append: the one path that writes a session's events. `append.lua` does it in
+//! one atomic step, with the marker of a keyed request (`Idempotency-Key`) checked and set in
+//! it. The markers are fields of one hash of the session (see [`RedisLog::session_keys`]), so
+//! they expire and are deleted with it. One event of an unkeyed request, the usual write, goes
+//! without the script (see [`RedisLog::append_direct`]), which costs Redis about half as much;
+//! whatever that path cannot settle alone goes on to the script.
 
+use redis::aio::ConnectionLike;
 use redis::Value;
 
+use super::super::capacity;
 use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
 use super::super::requests::mark_keep_ms;
 use super::super::wire::encode_committed;
@@ -36,6 +40,18 @@ impl RedisLog {
         }
         let data = encode(events)?;
         let (head, tail) = encode_committed(sid, expected.seq + 1, events, &data)?;
+        // One event of an unkeyed request after a known entry, small enough to be encoded
+        // here (the usual write): the direct path, unless it meets anything but a clean append.
+        if let ([event], [data], None, true) =
+            (events, data.as_slice(), mark, direct(expected, &tail))
+        {
+            if let Some(done) = self
+                .append_direct(sid, expected, event, data, (&head, &tail), ttl_ms)
+                .await?
+            {
+                return Ok(done);
+            }
+        }
         let keys = self.session_keys(sid);
         let channel = self.live_channel(sid);
         // The arguments' bytes: 128 for the numbers and the marker's name, 128 per event for
@@ -167,5 +183,163 @@ fn already(value: &Value) -> StoreResult<Append> {
     match seqs {
         Some((first, last)) => Ok(Append::Already { first, last }),
         None => Err(corrupt("?", "a request marker holds no seqs")),
+    }
+}
+
+/// Whether an append after `expected` may take the direct path: the caller folded the entry
+/// it builds on (its seq and commit time), and its batch's message was encoded here.
+fn direct(expected: Anchor, tail: &str) -> bool {
+    expected.seq > 0 && expected.ts > 0 && !tail.is_empty()
+}
+
+impl RedisLog {
+    /// The usual write without the script: `XADD` of the one event with the next seq as its id
+    /// (`NOMKSTREAM`), and in the same round trip a read of the entry the caller built on, then
+    /// the live message once both say the append is the caller's to report. `None` when the
+    /// `XADD` was refused (the log moved on, or is gone): the script then says what happened and
+    /// hands back what was missed.
+    ///
+    /// The `XADD` alone only refuses a log that moved past the caller's entry; the read catches
+    /// one that went back (Redis lost entries, and the log is shorter or grew back to that seq
+    /// with other entries). An entry written on such a log is taken back (`undo.lua`) before
+    /// anything is published, and the caller hears `Replaced`, as from the script. (Unless a
+    /// replica read it and wrote after it in that round trip: then it stays, and is logged.)
+    /// The two commands go in one write on one connection: Redis runs them one after the other,
+    /// and losing entries between them would take the connection down with it.
+    /// The commit time is Redis's clock as this replica carries it ([`super::clock`]), never
+    /// before the entry it follows.
+    async fn append_direct(
+        &self,
+        sid: &SessionId,
+        expected: Anchor,
+        event: &NewEvent,
+        data: &str,
+        (head, tail): (&str, &str),
+        ttl_ms: u64,
+    ) -> StoreResult<Option<Append>> {
+        let mut conn = self.conn.here();
+        // Without a reading of Redis's clock (a cluster sends `TIME` to any node, which may be
+        // failing over) the script, which reads it where the session is, commits instead.
+        let Ok(now) = self.clock.now_ms(&mut conn).await else {
+            return Ok(None);
+        };
+        let ms = now.max(expected.ts);
+        let key = self.key(sid);
+        let id = format!("{}-0", expected.seq + 1);
+        let after = format!("{}-0", expected.seq);
+        let mut pipe = redis::pipe();
+        pipe.cmd("XADD")
+            .arg(&key)
+            .arg("NOMKSTREAM")
+            .arg(&id)
+            .arg("type")
+            .arg(event.kind.type_name())
+            .arg("agent")
+            .arg(event.agent.as_str())
+            .arg("data")
+            .arg(data)
+            .arg("ts")
+            .arg(ms)
+            .arg("v")
+            .arg(SCHEMA_VERSION);
+        // Backwards: Redis finds an entry at the end of a stream's last node at once, where a
+        // forward read walks the node (up to 100 entries) from its start.
+        pipe.cmd("XREVRANGE").arg(&key).arg(&after).arg(&after);
+        if refresh_due(expected.ts, ms, ttl_ms) {
+            for k in self.session_keys(sid) {
+                match ttl_ms {
+                    0 => pipe.cmd("PERSIST").arg(k),
+                    ttl => pipe.cmd("PEXPIRE").arg(k).arg(ttl),
+                };
+            }
+        }
+        let replies = match conn.req_packed_commands(&pipe, 0, pipe.len()).await {
+            Ok(replies) => replies,
+            // Lost or refused (after the single node's own retries): the script, sent the way
+            // every other command is, says what happened, the `XADD` included if it ran.
+            Err(e) if e.is_connection_dropped() || e.is_connection_refusal() => return Ok(None),
+            Err(e) => return Err(self.failed(e)),
+        };
+        let (added, read) = match replies.as_slice() {
+            [added, read, ..] => (added, read),
+            _ => return Err(corrupt(sid.as_str(), "a direct append's reply is short")),
+        };
+        match added {
+            Value::BulkString(_) | Value::SimpleString(_) => {}
+            Value::ServerError(e) if capacity::is_oom(&e.clone().into()) => {
+                return Err(self.failed(e.clone().into()));
+            }
+            // Refused: the log's last id is at or past this seq, or the stream is gone.
+            _ => return Ok(None),
+        }
+        let builds_on = match read {
+            Value::Array(entries) => entries.first().and_then(entry_anchor),
+            _ => None,
+        };
+        if !builds_on.is_some_and(|a| expected.names(a)) {
+            let mut undo = evalsha(&self.undo, 1, 2, key.len() + id.len() + 24);
+            undo.arg(&key).arg(&id).arg(ms);
+            let taken_back = eval(&mut conn, &self.undo, &undo)
+                .await
+                .map_err(|e| self.failed(e))?;
+            let taken_back = match taken_back {
+                Value::Int(n) => n,
+                _ => return Err(corrupt(sid.as_str(), "undo.lua's reply is not a number")),
+            };
+            if taken_back < 0 {
+                tracing::error!(session = %sid, seq = expected.seq + 1, "an entry written on a log that had lost entries was built on before it could be taken back");
+            }
+            return Ok(Some(Append::Replaced));
+        }
+        // Sent, not waited for: the connection keeps it before anything the caller sends next
+        // (a `WAIT`, the session's next append), and a subscriber that misses it reads the gap
+        // from the log when the next message comes.
+        let message = format!("{head}{ms}{tail}");
+        let mut publish = redis::cmd(self.publish_command());
+        publish
+            .arg(self.live_channel(sid))
+            .arg(message)
+            .set_no_response(true);
+        conn.req_packed_command(&publish)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.pressure.wrote();
+        self.replicated(sid, &mut conn).await?;
+        Ok(Some(Append::Committed(stamp(
+            std::slice::from_ref(event),
+            expected.seq + 1,
+            ms,
+        ))))
+    }
+}
+
+/// Whether a write at `ms` after an entry committed at `prev_ts` sets the session's keys to
+/// expire again, as `append.lua` decides it: once per window of a second (a hundredth of a
+/// retention under 100 s), so a busy session refreshes with the first write of each window.
+fn refresh_due(prev_ts: u64, ms: u64, keep_ms: u64) -> bool {
+    let window = if keep_ms == 0 || keep_ms >= 100_000 {
+        1000
+    } else {
+        (keep_ms / 100).max(1)
+    };
+    prev_ts / window != ms / window
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refresh_due;
+
+    #[test]
+    fn a_direct_append_refreshes_ttls_with_the_first_write_of_each_window_as_the_script_does() {
+        // Retention of 100 s or more (or none): windows of a second, by the commit times'
+        // seconds.
+        for keep in [0, 100_000, 2_592_000_000] {
+            assert!(!refresh_due(1_764_900_000_001, 1_764_900_000_999, keep));
+            assert!(refresh_due(1_764_900_000_999, 1_764_900_001_000, keep));
+        }
+        // Under 100 s: a hundredth of it (600 ms for a minute), at least a millisecond.
+        assert!(!refresh_due(1_764_900_000_000, 1_764_900_000_599, 60_000));
+        assert!(refresh_due(1_764_900_000_599, 1_764_900_000_600, 60_000));
+        assert!(refresh_due(1_764_900_000_000, 1_764_900_000_001, 50));
     }
 }

@@ -7,10 +7,11 @@
 //! fewer commands at a time (measured in README.md, "Benchmarks").
 //!
 //! What stays with the cluster client: commands without a key this module knows where to find
-//! (see [`first_key`]), pipelines, `WAIT` after a write that went through it, subscriptions,
-//! and a command whose direct attempt met what the cluster client would also send again (see
-//! [`Detour`]): an error reply saying the command did not run there (`MOVED`, `ASK`,
-//! `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `MASTERDOWN`, `READONLY`), or a connection that was
+//! (see [`first_key`]), pipelines but those whose commands all have such keys in one slot,
+//! `WAIT` after a write that went through it, subscriptions, and a command whose direct attempt
+//! met what the cluster client would also send again (see [`Detour`]): an error reply saying
+//! the command did not run there (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`,
+//! `MASTERDOWN`, `READONLY`), or a connection that was
 //! lost or refused (the command may have run: the cluster client, too, sends such a command
 //! again). A timed-out command is not sent again (it may still run; the cluster client does not
 //! resend one either): its error is the caller's, within the same response timeout. After a
@@ -44,15 +45,20 @@ const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// Commands whose key is their first argument, and that touch no other key: sent directly.
 /// (The rest of the store's commands are rare or multi-key, and go through the cluster client.)
-const ONE_KEY: [&[u8]; 8] = [
+/// `SPUBLISH`'s shard channel is routed as a key.
+const ONE_KEY: [&[u8]; 12] = [
     b"XRANGE",
     b"XREVRANGE",
     b"XLEN",
+    b"XADD",
     b"GET",
     b"HGET",
     b"HMGET",
     b"HGETALL",
     b"ZSCORE",
+    b"PEXPIRE",
+    b"PERSIST",
+    b"SPUBLISH",
 ];
 
 /// A cluster connection whose one-key commands go straight to their slot's primary.
@@ -151,6 +157,26 @@ impl Routed {
         match &node.conn {
             Some(conn) if !node.left_out.load(Ordering::Relaxed) => Ok((conn.clone(), routes, i)),
             _ => Err(true),
+        }
+    }
+
+    /// The node connection a pipeline goes on directly: when every command in it has a key this
+    /// link knows, all in one slot with a usable route.
+    fn direct_pipeline(
+        &self,
+        pipeline: &Pipeline,
+    ) -> Option<(MultiplexedConnection, Arc<Routes>, usize)> {
+        let mut slots = pipeline.cmd_iter().map(|cmd| first_key(cmd).map(key_slot));
+        let slot = slots.next()??;
+        if !slots.all(|s| s == Some(slot)) {
+            return None;
+        }
+        let routes = self.table.read();
+        let i = usize::from(*routes.slots.get(usize::from(slot))?).checked_sub(1)?;
+        let node = &routes.nodes[i];
+        match &node.conn {
+            Some(conn) if !node.left_out.load(Ordering::Relaxed) => Some((conn.clone(), routes, i)),
+            _ => None,
         }
     }
 
@@ -316,14 +342,41 @@ impl ConnectionLike for Routed {
         })
     }
 
+    /// A pipeline whose commands all have a key this link knows, in one slot (a direct append's
+    /// `XADD` and read), goes straight to that slot's primary, in one write; any other through
+    /// the cluster client. A direct pipeline is not sent again: what met a redirection or a
+    /// lost connection is in its replies (or its error), with the node left out and the routes
+    /// read again as for one command, and its caller decides what to do (the direct append
+    /// then goes through the script, which takes the cluster client's detours).
     fn req_packed_commands<'a>(
         &'a mut self,
         pipeline: &'a Pipeline,
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        self.last = Last::Cluster;
-        self.cluster.req_packed_commands(pipeline, offset, count)
+        Box::pin(async move {
+            self.last = Last::Cluster;
+            let Some((mut conn, routes, i)) = self.direct_pipeline(pipeline) else {
+                return self
+                    .cluster
+                    .req_packed_commands(pipeline, offset, count)
+                    .await;
+            };
+            let replies = conn.req_packed_commands(pipeline, offset, count).await;
+            let first_error = match &replies {
+                Ok(values) => values
+                    .iter()
+                    .find(|v| matches!(v, Value::ServerError(_)))
+                    .map(|v| Ok(v.clone())),
+                Err(e) => Some(Err(e.clone())),
+            };
+            let detour = first_error.map_or(Detour::None, |e| self.noted(&e, &routes.nodes[i]));
+            self.last = match detour {
+                Detour::None => Last::Direct(conn),
+                _ => Last::Unknown,
+            };
+            replies
+        })
     }
 
     fn get_db(&self) -> i64 {

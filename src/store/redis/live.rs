@@ -29,7 +29,7 @@ const RETRY_EVERY: Duration = Duration::from_millis(250);
 impl RedisLog {
     /// `SPUBLISH` on a cluster (the session's shard channel), `PUBLISH` on one node (see
     /// `conn.rs` for why).
-    fn publish_command(&self) -> &'static str {
+    pub(super) fn publish_command(&self) -> &'static str {
         if self.is_cluster() {
             "SPUBLISH"
         } else {
