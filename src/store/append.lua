@@ -53,6 +53,12 @@ end
 local t = redis.call('TIME')
 -- Milliseconds: the seconds, then the first three of the six digits of the microseconds.
 local ms = t[1] .. string.sub('00000' .. t[2], -6, -4)
+-- Never before the last entry's (decimals of one length compare as strings): a direct append
+-- (`append.rs`) stamps its commit with Redis's clock as a replica carries it, which may run a
+-- little ahead of this node's.
+if prev_ts and #prev_ts == #ms and prev_ts > ms then
+  ms = prev_ts
+end
 local marker = nil
 if ARGV[7] ~= '0' then
   marker = ARGV[8]

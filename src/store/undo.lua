@@ -32,7 +32,6 @@ if last[1][1] ~= ARGV[1] then
 end
 redis.call('XDEL', KEYS[1], ARGV[1])
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if #top > 0 then
-  redis.call('XSETID', KEYS[1], top[1][1])
-end
+-- (A stream left empty takes any id: the next append after nothing is seq 1.)
+redis.call('XSETID', KEYS[1], #top > 0 and top[1][1] or '0-1')
 return 1

@@ -253,13 +253,13 @@ impl RedisLog {
                 };
             }
         }
-        let replies = match conn.req_packed_commands(&pipe, 0, pipe.len()).await {
-            Ok(replies) => replies,
-            // Lost or refused (after the single node's own retries): the script, sent the way
-            // every other command is, says what happened, the `XADD` included if it ran.
-            Err(e) if e.is_connection_dropped() || e.is_connection_refusal() => return Ok(None),
-            Err(e) => return Err(self.failed(e)),
-        };
+        // A lost connection is an error, as for the script: the `XADD` may have run, and only
+        // a keyed request can learn whether it did (the script, asked now, would take this
+        // write for another's and the decision would be made twice).
+        let replies = conn
+            .req_packed_commands(&pipe, 0, pipe.len())
+            .await
+            .map_err(|e| self.failed(e))?;
         let (added, read) = match replies.as_slice() {
             [added, read, ..] => (added, read),
             _ => return Err(corrupt(sid.as_str(), "a direct append's reply is short")),
@@ -286,25 +286,37 @@ impl RedisLog {
                 Value::Int(n) => n,
                 _ => return Err(corrupt(sid.as_str(), "undo.lua's reply is not a number")),
             };
-            if taken_back < 0 {
-                tracing::error!(session = %sid, seq = expected.seq + 1, "an entry written on a log that had lost entries was built on before it could be taken back");
+            if taken_back >= 0 {
+                return Ok(Some(Append::Replaced));
             }
-            return Ok(Some(Append::Replaced));
+            // Another replica read it and wrote after it within the round trip: it is part of
+            // the log now. Neither answer fits: `Replaced` would have the decision made again
+            // (twice, then), `Committed` would keep this replica's fold of what Redis lost. The
+            // caller hears an outage (the write may have happened); the fold is found out by
+            // the session's next write, which the log refuses.
+            tracing::error!(session = %sid, seq = expected.seq + 1, "an entry written on a log that had lost entries was built on before it could be taken back");
+            return Err(StoreError::Unavailable(
+                "Redis lost entries of this session's log; this write may have been kept".into(),
+            ));
         }
+        self.pressure.wrote();
+        // `WAIT` first, on the connection the write went on; the live message then follows
+        // whether or not enough replicas acknowledged it (the write is in the log either way).
+        let replicated = self.replicated(sid, &mut conn).await;
         // Sent, not waited for: the connection keeps it before anything the caller sends next
-        // (a `WAIT`, the session's next append), and a subscriber that misses it reads the gap
-        // from the log when the next message comes.
+        // (the session's next append), and a subscriber that misses it (its connection lost)
+        // reads the gap from the log when the next message comes. The write is done: a failure
+        // here is not the caller's.
         let message = format!("{head}{ms}{tail}");
         let mut publish = redis::cmd(self.publish_command());
         publish
             .arg(self.live_channel(sid))
             .arg(message)
             .set_no_response(true);
-        conn.req_packed_command(&publish)
-            .await
-            .map_err(|e| self.failed(e))?;
-        self.pressure.wrote();
-        self.replicated(sid, &mut conn).await?;
+        if let Err(e) = conn.req_packed_command(&publish).await {
+            tracing::warn!(session = %sid, kind = ?e.kind(), "a committed write's live message could not be sent; subscribers read it from the log with the next one");
+        }
+        replicated?;
         Ok(Some(Append::Committed(stamp(
             std::slice::from_ref(event),
             expected.seq + 1,

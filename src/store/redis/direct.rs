@@ -148,8 +148,27 @@ impl Routed {
     /// when it has a key whose slot has no usable route (the routes want reading again).
     fn direct(&self, cmd: &Cmd) -> Result<(MultiplexedConnection, Arc<Routes>, usize), bool> {
         let key = first_key(cmd).ok_or(false)?;
+        self.route(key_slot(key))
+    }
+
+    /// The node connection a pipeline goes on directly: when every command in it has a key this
+    /// link knows, all in one slot with a usable route (`Err` as for [`Routed::direct`]).
+    fn direct_pipeline(
+        &self,
+        pipeline: &Pipeline,
+    ) -> Result<(MultiplexedConnection, Arc<Routes>, usize), bool> {
+        let mut slots = pipeline.cmd_iter().map(|cmd| first_key(cmd).map(key_slot));
+        let slot = slots.next().flatten().ok_or(false)?;
+        if !slots.all(|s| s == Some(slot)) {
+            return Err(false);
+        }
+        self.route(slot)
+    }
+
+    /// The connection to `slot`'s primary, unless the slot has no usable route (`Err(true)`).
+    fn route(&self, slot: u16) -> Result<(MultiplexedConnection, Arc<Routes>, usize), bool> {
         let routes = self.table.read();
-        let at = routes.slots.get(usize::from(key_slot(key))).copied();
+        let at = routes.slots.get(usize::from(slot)).copied();
         let Some(i) = at.and_then(|at| usize::from(at).checked_sub(1)) else {
             return Err(true);
         };
@@ -157,26 +176,6 @@ impl Routed {
         match &node.conn {
             Some(conn) if !node.left_out.load(Ordering::Relaxed) => Ok((conn.clone(), routes, i)),
             _ => Err(true),
-        }
-    }
-
-    /// The node connection a pipeline goes on directly: when every command in it has a key this
-    /// link knows, all in one slot with a usable route.
-    fn direct_pipeline(
-        &self,
-        pipeline: &Pipeline,
-    ) -> Option<(MultiplexedConnection, Arc<Routes>, usize)> {
-        let mut slots = pipeline.cmd_iter().map(|cmd| first_key(cmd).map(key_slot));
-        let slot = slots.next()??;
-        if !slots.all(|s| s == Some(slot)) {
-            return None;
-        }
-        let routes = self.table.read();
-        let i = usize::from(*routes.slots.get(usize::from(slot))?).checked_sub(1)?;
-        let node = &routes.nodes[i];
-        match &node.conn {
-            Some(conn) if !node.left_out.load(Ordering::Relaxed) => Some((conn.clone(), routes, i)),
-            _ => None,
         }
     }
 
@@ -356,11 +355,23 @@ impl ConnectionLike for Routed {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             self.last = Last::Cluster;
-            let Some((mut conn, routes, i)) = self.direct_pipeline(pipeline) else {
-                return self
-                    .cluster
-                    .req_packed_commands(pipeline, offset, count)
-                    .await;
+            let (mut conn, routes, i) = match self.direct_pipeline(pipeline) {
+                Ok(direct) => direct,
+                // As for one command: a `WAIT` cannot know where the cluster client took it.
+                Err(true) => {
+                    self.last = Last::Unknown;
+                    self.refresh();
+                    return self
+                        .cluster
+                        .req_packed_commands(pipeline, offset, count)
+                        .await;
+                }
+                Err(false) => {
+                    return self
+                        .cluster
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                }
             };
             let replies = conn.req_packed_commands(pipeline, offset, count).await;
             let first_error = match &replies {
