@@ -31,6 +31,10 @@ if last[1][1] ~= ARGV[1] then
   return -1
 end
 redis.call('XDEL', KEYS[1], ARGV[1])
+-- Redis 7.2 and later refuse to set a stream's last id below its largest deleted id, which the
+-- XDEL just raised to this entry's: that is lowered first (nothing else deletes from these
+-- streams; '0-1', as '0-0' reads as "not given").
+redis.call('XSETID', KEYS[1], ARGV[1], 'MAXDELETEDID', '0-1')
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 -- (A stream left empty takes any id: the next append after nothing is seq 1.)
 redis.call('XSETID', KEYS[1], #top > 0 and top[1][1] or '0-1')

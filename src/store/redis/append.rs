@@ -203,7 +203,8 @@ impl RedisLog {
     /// one that went back (Redis lost entries, and the log is shorter or grew back to that seq
     /// with other entries). An entry written on such a log is taken back (`undo.lua`) before
     /// anything is published, and the caller hears `Replaced`, as from the script. (Unless a
-    /// replica read it and wrote after it in that round trip: then it stays, and is logged.)
+    /// replica read it and wrote after it in that round trip: then it stays, is logged, and
+    /// the caller hears an outage.)
     /// The two commands go in one write on one connection: Redis runs them one after the other,
     /// and losing entries between them would take the connection down with it.
     /// The commit time is Redis's clock as this replica carries it ([`super::clock`]), never

@@ -346,7 +346,8 @@ impl ConnectionLike for Routed {
     /// the cluster client. A direct pipeline is not sent again: what met a redirection or a
     /// lost connection is in its replies (or its error), with the node left out and the routes
     /// read again as for one command, and its caller decides what to do (the direct append
-    /// then goes through the script, which takes the cluster client's detours).
+    /// goes on to the script after a redirection, which takes the cluster client's detours,
+    /// and answers an outage after a lost connection: its `XADD` may have run).
     fn req_packed_commands<'a>(
         &'a mut self,
         pipeline: &'a Pipeline,
