@@ -89,10 +89,14 @@ fn credential(req: &HttpRequest, path: &str) -> Option<String> {
             .eq_ignore_ascii_case("bearer")
             .then(|| rest.trim().to_owned());
     }
-    let segments: Vec<&str> = path.split('/').collect();
+    // Only an event stream takes its credential from the query (`/v1/events` or
+    // `/v1/sessions/{sid}/events`).
     let events = req.method() == actix_web::http::Method::GET
         && (path == MANY_EVENTS
-            || matches!(segments.as_slice(), ["", "v1", "sessions", sid, "events"] if !sid.is_empty()));
+            || path
+                .strip_prefix("/v1/sessions/")
+                .and_then(|rest| rest.strip_suffix("/events"))
+                .is_some_and(|sid| !sid.is_empty() && !sid.contains('/')));
     if !events {
         return None;
     }

@@ -68,6 +68,10 @@ pub async fn json_writes<B>(
 
 /// `application/json` or any `application/*+json`, with parameters such as `charset`.
 fn is_json(value: &HeaderValue) -> bool {
+    // What nearly every client sends, at once.
+    if value.as_bytes() == b"application/json" {
+        return true;
+    }
     let Ok(value) = value.to_str() else {
         return false;
     };
@@ -97,9 +101,9 @@ pub async fn security_headers<B>(
     next: impl Rest<B>,
 ) -> Result<ServiceResponse<B>, actix_web::Error> {
     let csp = if req.path() == "/docs" || req.path().starts_with("/docs/") {
-        DOCS_CSP
+        &DOCS_CSP_VALUE
     } else {
-        API_CSP
+        &API_CSP_VALUE
     };
     match next.call(req).await {
         Ok(mut res) => {
@@ -116,18 +120,25 @@ pub async fn security_headers<B>(
     }
 }
 
-fn add_security_headers(headers: &mut HeaderMap, csp: &'static str) {
-    let defaults: [(HeaderName, &'static str); 4] = [
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
-        (header::X_FRAME_OPTIONS, "DENY"),
+// The values checked once, when compiled, not on every response.
+static API_CSP_VALUE: HeaderValue = HeaderValue::from_static(API_CSP);
+static DOCS_CSP_VALUE: HeaderValue = HeaderValue::from_static(DOCS_CSP);
+static NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
+static NO_REFERRER: HeaderValue = HeaderValue::from_static("no-referrer");
+static DENY: HeaderValue = HeaderValue::from_static("DENY");
+
+fn add_security_headers(headers: &mut HeaderMap, csp: &HeaderValue) {
+    let defaults: [(HeaderName, &HeaderValue); 4] = [
+        (header::X_CONTENT_TYPE_OPTIONS, &NOSNIFF),
+        (header::REFERRER_POLICY, &NO_REFERRER),
+        (header::X_FRAME_OPTIONS, &DENY),
         (header::CONTENT_SECURITY_POLICY, csp),
     ];
     // Room for these and the request id in one allocation, not a growth as they go in.
     headers.reserve(defaults.len() + 1);
     for (name, value) in defaults {
         if !headers.contains_key(&name) {
-            headers.insert(name, HeaderValue::from_static(value));
+            headers.insert(name, value.clone());
         }
     }
 }

@@ -78,8 +78,9 @@ pub(super) enum Answer {
 /// its runner runs).
 pub(super) struct Queues(Box<[Mutex<Waiting>]>);
 
-/// One shard of [`Queues`].
-type Waiting = HashMap<SessionId, VecDeque<Job>>;
+/// One shard of [`Queues`] (hashed as the fold cache is: SipHash cost more than the rest of
+/// a queue's bookkeeping).
+type Waiting = HashMap<SessionId, VecDeque<Job>, quick_cache::DefaultHashBuilder>;
 
 impl Default for Queues {
     fn default() -> Self {

@@ -5,8 +5,10 @@
 //! without the script (see [`RedisLog::append_direct`]), which costs Redis about half as much;
 //! whatever that path cannot settle alone goes on to the script.
 
+use std::io::Write as _;
+
 use redis::aio::ConnectionLike;
-use redis::Value;
+use redis::{RedisWrite as _, Value};
 
 use super::super::capacity;
 use super::super::entries::{bytes, corrupt, decode_entry, entry_anchor, int};
@@ -226,17 +228,17 @@ impl RedisLog {
         };
         let ms = now.max(expected.ts);
         let key = self.key(sid);
-        let id = format!("{}-0", expected.seq + 1);
-        let after = format!("{}-0", expected.seq);
-        let mut pipe = redis::pipe();
-        pipe.cmd("XADD")
-            .arg(&key)
-            .arg("NOMKSTREAM")
-            .arg(&id)
-            .arg("type")
-            .arg(event.kind.type_name())
+        let (kind, agent) = (event.kind.type_name(), event.agent.as_str());
+        // Each command sized up front (the replica's busiest commands: growing their buffers
+        // as the arguments go in cost more than building them).
+        let mut add =
+            redis::Cmd::with_capacity(14, key.len() + kind.len() + agent.len() + data.len() + 96);
+        add.arg("XADD").arg(&key).arg("NOMKSTREAM");
+        stream_id(&mut add, expected.seq + 1);
+        add.arg("type")
+            .arg(kind)
             .arg("agent")
-            .arg(event.agent.as_str())
+            .arg(agent)
             .arg("data")
             .arg(data)
             .arg("ts")
@@ -245,14 +247,18 @@ impl RedisLog {
             .arg(SCHEMA_VERSION);
         // Backwards: Redis finds an entry at the end of a stream's last node at once, where a
         // forward read walks the node (up to 100 entries) from its start.
-        pipe.cmd("XREVRANGE").arg(&key).arg(&after).arg(&after);
-        if refresh_due(expected.ts, ms, ttl_ms) {
-            for k in self.session_keys(sid) {
-                match ttl_ms {
-                    0 => pipe.cmd("PERSIST").arg(k),
-                    ttl => pipe.cmd("PEXPIRE").arg(k).arg(ttl),
-                };
-            }
+        let mut read = redis::Cmd::with_capacity(4, key.len() + 64);
+        read.arg("XREVRANGE").arg(&key);
+        stream_id(&mut read, expected.seq);
+        stream_id(&mut read, expected.seq);
+        let refresh = refresh_due(expected.ts, ms, ttl_ms).then(|| self.session_keys(sid));
+        let mut pipe = redis::Pipeline::with_capacity(2 + refresh.as_ref().map_or(0, Vec::len));
+        pipe.add_command(add).add_command(read);
+        for k in refresh.into_iter().flatten() {
+            match ttl_ms {
+                0 => pipe.cmd("PERSIST").arg(k),
+                ttl => pipe.cmd("PEXPIRE").arg(k).arg(ttl),
+            };
         }
         // A lost connection is an error, as for the script: the `XADD` may have run, and only
         // a keyed request can learn whether it did (the script, asked now, would take this
@@ -278,8 +284,10 @@ impl RedisLog {
             _ => None,
         };
         if !builds_on.is_some_and(|a| expected.names(a)) {
-            let mut undo = evalsha(&self.undo, 1, 2, key.len() + id.len() + 24);
-            undo.arg(&key).arg(&id).arg(ms);
+            let mut undo = evalsha(&self.undo, 1, 2, key.len() + 48);
+            undo.arg(&key);
+            stream_id(&mut undo, expected.seq + 1);
+            undo.arg(ms);
             let taken_back = eval(&mut conn, &self.undo, &undo)
                 .await
                 .map_err(|e| self.failed(e))?;
@@ -308,12 +316,13 @@ impl RedisLog {
         // (the session's next append), and a subscriber that misses it (its connection lost)
         // reads the gap from the log when the next message comes. The write is done: a failure
         // here is not the caller's.
-        let message = format!("{head}{ms}{tail}");
-        let mut publish = redis::cmd(self.publish_command());
-        publish
-            .arg(self.live_channel(sid))
-            .arg(message)
-            .set_no_response(true);
+        let channel = self.live_channel(sid);
+        let mut publish =
+            redis::Cmd::with_capacity(3, channel.len() + head.len() + tail.len() + 48);
+        publish.arg(self.publish_command()).arg(channel);
+        // The message is `head`, the commit time, `tail`, written as one argument.
+        let _ = write!(publish.writer_for_next_arg(), "{head}{ms}{tail}");
+        publish.set_no_response(true);
         if let Err(e) = conn.req_packed_command(&publish).await {
             tracing::warn!(session = %sid, kind = ?e.kind(), "a committed write's live message could not be sent; subscribers read it from the log with the next one");
         }
@@ -324,6 +333,12 @@ impl RedisLog {
             ms,
         ))))
     }
+}
+
+/// Adds the stream id of entry `seq` (`<seq>-0`) to `cmd` as its next argument.
+fn stream_id(cmd: &mut redis::Cmd, seq: u64) {
+    // Writing to a `Vec` cannot fail.
+    let _ = write!(cmd.writer_for_next_arg(), "{seq}-0");
 }
 
 /// Whether a write at `ms` after an entry committed at `prev_ts` sets the session's keys to
