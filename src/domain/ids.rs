@@ -185,7 +185,22 @@ impl fmt::Display for EventId {
 
 impl Serialize for EventId {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        // `<seq>-0` written on the stack: `collect_str` would go through the formatter and the
+        // serializer's escaping writer one piece at a time (every answer carries an event id).
+        let mut buf = [0u8; 22];
+        let mut at = buf.len() - 2;
+        buf[at..].copy_from_slice(b"-0");
+        let mut n = self.0;
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        // Digits and `-0`: ASCII.
+        s.serialize_str(std::str::from_utf8(&buf[at..]).unwrap_or_default())
     }
 }
 
@@ -207,6 +222,33 @@ mod tests {
         assert!(SessionId::parse("").is_err());
         assert!(AgentId::parse("Main").is_err());
         assert!(AgentId::parse("agent-1").is_ok());
+    }
+
+    #[test]
+    fn an_event_id_serializes_as_it_displays_and_parses_back() {
+        for seq in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            1 << 40,
+            9_999_999_999_999_999_999,
+        ] {
+            let json = serde_json::to_string(&EventId(seq)).unwrap();
+            assert_eq!(json, format!("\"{seq}-0\""));
+            assert_eq!(
+                serde_json::from_str::<EventId>(&json).unwrap(),
+                EventId(seq)
+            );
+        }
+        // The widest seq fits too (parsing takes 19 digits at most).
+        assert_eq!(
+            serde_json::to_string(&EventId(u64::MAX)).unwrap(),
+            format!("\"{}-0\"", u64::MAX)
+        );
     }
 
     #[test]

@@ -135,16 +135,22 @@ impl RedisLog {
         let mut conn = self.conn.here();
         let key = self.key(sid);
         // Sized up front, as `evalsha` does: this read is half of what a busy replica sends.
-        let reply: Value = redis::Cmd::with_capacity(6, 32 + key.len())
-            .arg("XREVRANGE")
+        let mut read = redis::Cmd::with_capacity(6, 32 + key.len());
+        read.arg("XREVRANGE")
             .arg(key)
             .arg("+")
             .arg("-")
             .arg("COUNT")
-            .arg(1)
-            .query_async(&mut conn)
+            .arg(1);
+        // The reply as it comes (`query_async` would walk all of it for nested errors, which
+        // an `XREVRANGE` never holds); a refusal is an error as there.
+        let reply = conn
+            .req_packed_command(&read)
             .await
             .map_err(|e| self.failed(e))?;
+        if let Value::ServerError(e) = reply {
+            return Err(self.failed(e.into()));
+        }
         let last = match &reply {
             Value::Array(entries) => entries.first(),
             _ => None,
