@@ -49,13 +49,48 @@ CEIL=http://127.0.0.1:$CPORT
 until curl -sf "$DSH/readyz" >/dev/null; do sleep 0.05; done
 until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
 
-# The Redis processes behind REDIS_URL (one node or a cluster's), by their own INFO, for their
-# CPU time; none when they are not on this machine.
+# The Redis processes behind REDIS_URL (one node or a cluster's nodes), by their own INFO
+# (`process_id`), for their CPU time: only those that are a redis-server on this machine, each
+# once; none ("n/a") otherwise. A password in the URL reaches redis-cli through its environment
+# (REDISCLI_AUTH), never its arguments or the output.
+need "${REDIS_CLI:-redis-cli}" redis-tools
+redis_nodes() { # URL -> "@auth <user or -> <password>" if it has one, then "host port" lines
+  python3 - "$1" <<'PY'
+import sys, urllib.parse
+scheme, _, rest = sys.argv[1].partition("://")
+if "unix" not in scheme:
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    auth, _, hosts = netloc.rpartition("@")
+    user, colon, password = auth.partition(":")
+    if colon:  # first, so redis-cli has it for every node ("@" is in no host name)
+        print("@auth", urllib.parse.unquote(user) or "-", urllib.parse.unquote(password))
+    for h in hosts.split(","):
+        if h.startswith("["):
+            host, _, port = h[1:].partition("]")
+            port = port.lstrip(":")
+        else:
+            host, _, port = h.partition(":")
+        if host:
+            print(host, port or 6379)
+PY
+}
 RPIDS=()
-for hp in $(python3 -c 'import re, sys; print(" ".join(re.findall(r"[\w.-]+:\d+", sys.argv[1].split("@")[-1])))' "$REDIS_URL"); do
-  pid=$(redis-cli -h "${hp%:*}" -p "${hp#*:}" info server 2>/dev/null | awk -F: '/^process_id/ {print $2+0}')
-  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] && RPIDS+=("$pid")
-done
+REDIS_USER=()
+while read -r host port rest; do
+  if [ "$host" = @auth ]; then
+    [ "$port" = - ] || REDIS_USER=(--user "$port")
+    export REDISCLI_AUTH=$rest
+    continue
+  fi
+  pid=$("${REDIS_CLI:-redis-cli}" -h "$host" -p "$port" ${REDIS_USER[@]+"${REDIS_USER[@]}"} \
+    --no-auth-warning info server 2>/dev/null | awk -F: '/^process_id/ {print $2 + 0}') || pid=
+  # A redis-server here listening on that port (its process title names it), not a process of
+  # another machine's or container's numbering that happens to have that pid here.
+  if [ -n "$pid" ] && [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == redis-server*:"$port"* ]] &&
+    [[ " ${RPIDS[*]-} " != *" $pid "* ]]; then
+    RPIDS+=("$pid")
+  fi
+done < <(redis_nodes "$REDIS_URL")
 ticks() { # pid... -> "user system" clock ticks, summed
   for p in "$@"; do cat "/proc/$p/stat"; done | sed 's/^.*) //' | awk '{u += $12; s += $13} END {print u + 0, s + 0}'
 }
@@ -64,10 +99,11 @@ new_session() { curl -sf -XPOST -H 'content-type: application/json' "$DSH/v1/ses
 rps() { # base sessions server-pid -> "req/s requests user system redis" (CPU in clock ticks)
   local before rbefore out after rafter
   before=$(ticks "$3")
-  rbefore=$(ticks "${RPIDS[@]}")
-  out=$(SESSIONS=$2 MODE=put wrk -t2 -c"$CONNECTIONS" -d"$DURATION" -s k6/wrk/plan.lua "$1")
+  rbefore=$(ticks ${RPIDS[@]+"${RPIDS[@]}"})
+  # Inside $(…) `set -e` does not hold: a wrk that fails stops the benchmark from here.
+  out=$(SESSIONS=$2 MODE=put wrk -t2 -c"$CONNECTIONS" -d"$DURATION" -s k6/wrk/plan.lua "$1") || return
   after=$(ticks "$3")
-  rafter=$(ticks "${RPIDS[@]}")
+  rafter=$(ticks ${RPIDS[@]+"${RPIDS[@]}"})
   echo "$out" | awk -v b="$before" -v a="$after" -v rb="$rbefore" -v ra="$rafter" '
     /Requests\/sec/ {n = int($2)} / requests in / {r = $1}
     END {split(b, x, " "); split(a, y, " "); split(rb, p, " "); split(ra, q, " ");
@@ -103,20 +139,23 @@ print(f"| {label} | {d:.0f} | {c:.0f} | {statistics.median(shares):.2f} | {' '.j
 PY
 done
 echo
-echo "| load (µs of CPU a request, median of rounds) | dsh-plan (user + system) | its Redis | bare actix + XADD (user + system) | its Redis |"
+# Each figure is its own median over the rounds (a total need not be the sum of the two beside it).
+echo "| load (µs of CPU a request, medians of rounds) | dsh-plan: total (user + system) | its Redis | bare actix + XADD: total (user + system) | its Redis |"
 echo "|---|---|---|---|---|"
 python3 - "$(getconf CLK_TCK)" "${#RPIDS[@]}" "${costs[@]}" <<'PY'
 import statistics, sys
 hz, nodes, runs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-def per(fields):  # req/s, requests, user, system, redis (ticks) -> µs a request
+def per(fields):  # req/s, requests, user, system, redis (ticks) -> µs a request; None: no requests
     _, reqs, user, system, redis = map(int, fields.split(","))
-    f = 1e6 / hz / reqs if reqs else 0.0
-    return user * f, system * f, redis * f
+    return (user * 1e6 / hz / reqs, system * 1e6 / hz / reqs, redis * 1e6 / hz / reqs) if reqs else None
 for label in dict.fromkeys(r.split(":")[0] for r in runs):
     cols = []
     for side in (1, 2):
-        costs = [per(r.split(":")[side]) for r in runs if r.split(":")[0] == label]
-        u, s, r = (statistics.median(c[i] for c in costs) for i in range(3))
-        cols += [f"{u + s:.1f} ({u:.1f} + {s:.1f})", f"{r:.1f}" if nodes else "n/a"]
+        costs = [c for r in runs if r.split(":")[0] == label and (c := per(r.split(":")[side]))]
+        if not costs:
+            cols += ["n/a", "n/a"]
+            continue
+        total, u, s, r = (statistics.median(x) for x in zip(*((c[0] + c[1], *c) for c in costs)))
+        cols += [f"{total:.1f} ({u:.1f} + {s:.1f})", f"{r:.1f}" if nodes else "n/a"]
     print(f"| {label} | {cols[0]} | {cols[1]} | {cols[2]} | {cols[3]} |")
 PY
