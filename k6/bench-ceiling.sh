@@ -50,47 +50,58 @@ until curl -sf "$DSH/readyz" >/dev/null; do sleep 0.05; done
 until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
 
 # The Redis processes behind REDIS_URL (one node or a cluster's nodes), by their own INFO
-# (`process_id`), for their CPU time: only those that are a redis-server on this machine, each
-# once; none ("n/a") otherwise. A password in the URL reaches redis-cli through its environment
-# (REDISCLI_AUTH), never its arguments or the output.
-need "${REDIS_CLI:-redis-cli}" redis-tools
-redis_nodes() { # URL -> "@auth <user or -> <password>" if it has one, then "host port" lines
-  python3 - "$1" <<'PY'
-import sys, urllib.parse
-scheme, _, rest = sys.argv[1].partition("://")
-if "unix" not in scheme:
-    netloc = rest.split("/", 1)[0].split("?", 1)[0]
-    auth, _, hosts = netloc.rpartition("@")
-    user, colon, password = auth.partition(":")
-    if colon:  # first, so redis-cli has it for every node ("@" is in no host name)
-        print("@auth", urllib.parse.unquote(user) or "-", urllib.parse.unquote(password))
-    for h in hosts.split(","):
-        if h.startswith("["):
-            host, _, port = h[1:].partition("]")
-            port = port.lstrip(":")
-        else:
-            host, _, port = h.partition(":")
-        if host:
-            print(host, port or 6379)
+# (`process_id`), for their CPU time: only those that are a redis-server on this machine
+# listening on that port (by its process title), each once; a line on stderr for any other, and
+# "n/a" in the table when none is here. The URL (and any password in it) reaches python and
+# redis-cli through their environment (REDISCLI_AUTH), never their arguments or the output.
+redis_pids() {
+  URL=$REDIS_URL CLI=${REDIS_CLI:-redis-cli} python3 - <<'PY'
+import os, re, subprocess, sys, urllib.parse
+scheme, _, rest = os.environ["URL"].partition("://")
+if "unix" in scheme:
+    sys.exit(0)
+netloc = rest.split("/", 1)[0].split("?", 1)[0]
+auth, _, hosts = netloc.rpartition("@")
+user, colon, password = auth.partition(":")
+env = dict(os.environ)
+if colon:
+    env["REDISCLI_AUTH"] = urllib.parse.unquote(password)
+seen = set()
+for h in hosts.split(","):
+    if h.startswith("["):
+        host, _, port = h[1:].partition("]")
+        port = port.lstrip(":")
+    else:
+        host, _, port = h.partition(":")
+    port = port or "6379"
+    args = [env["CLI"], "-h", host, "-p", port, "--no-auth-warning"]
+    if user:
+        args += ["--user", urllib.parse.unquote(user)]
+    try:
+        info = subprocess.run(args + ["info", "server"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, universal_newlines=True,
+                              timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        info = ""
+    pid = re.search(r"^process_id:(\d+)", info, re.M)
+    pid = pid.group(1) if pid else None
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            title = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except (OSError, TypeError):
+        title = ""
+    # "redis-server 127.0.0.1:6379 [cluster]", "/usr/bin/redis-server *:6379", or without a
+    # process title "redis-server --port 6379".
+    here = re.match(r"(\S*/)?redis-server\s(.*[:\s])?%s(\s|$)" % re.escape(port), title)
+    if here and pid not in seen:
+        seen.add(pid)
+        print(pid)
+    elif not here:
+        print("Redis at %s:%s is not a redis-server on this machine (or did not answer): its "
+              "CPU is not counted" % (host, port), file=sys.stderr)
 PY
 }
-RPIDS=()
-REDIS_USER=()
-while read -r host port rest; do
-  if [ "$host" = @auth ]; then
-    [ "$port" = - ] || REDIS_USER=(--user "$port")
-    export REDISCLI_AUTH=$rest
-    continue
-  fi
-  pid=$("${REDIS_CLI:-redis-cli}" -h "$host" -p "$port" ${REDIS_USER[@]+"${REDIS_USER[@]}"} \
-    --no-auth-warning info server 2>/dev/null | awk -F: '/^process_id/ {print $2 + 0}') || pid=
-  # A redis-server here listening on that port (its process title names it), not a process of
-  # another machine's or container's numbering that happens to have that pid here.
-  if [ -n "$pid" ] && [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == redis-server*:"$port"* ]] &&
-    [[ " ${RPIDS[*]-} " != *" $pid "* ]]; then
-    RPIDS+=("$pid")
-  fi
-done < <(redis_nodes "$REDIS_URL")
+mapfile -t RPIDS < <(redis_pids)
 ticks() { # pid... -> "user system" clock ticks, summed
   for p in "$@"; do cat "/proc/$p/stat"; done | sed 's/^.*) //' | awk '{u += $12; s += $13} END {print u + 0, s + 0}'
 }
@@ -151,7 +162,7 @@ def per(fields):  # req/s, requests, user, system, redis (ticks) -> µs a reques
 for label in dict.fromkeys(r.split(":")[0] for r in runs):
     cols = []
     for side in (1, 2):
-        costs = [c for r in runs if r.split(":")[0] == label and (c := per(r.split(":")[side]))]
+        costs = [c for c in (per(r.split(":")[side]) for r in runs if r.split(":")[0] == label) if c]
         if not costs:
             cols += ["n/a", "n/a"]
             continue
