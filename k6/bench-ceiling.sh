@@ -49,23 +49,28 @@ CEIL=http://127.0.0.1:$CPORT
 until curl -sf "$DSH/readyz" >/dev/null; do sleep 0.05; done
 until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
 
-# The Redis processes behind REDIS_URL (one node or a cluster's nodes), by their own INFO
-# (`process_id`), for their CPU time: only those that are a redis-server on this machine
+# The Redis processes behind REDIS_URL (the node, or the cluster nodes it names), by their own
+# INFO (`process_id`), for their CPU time: only those that are a redis-server on this machine
 # listening on that port (by its process title), each once; a line on stderr for any other, and
 # "n/a" in the table when none is here. The URL (and any password in it) reaches python and
 # redis-cli through their environment (REDISCLI_AUTH), never their arguments or the output.
+need "${REDIS_CLI:-redis-cli}" redis-tools
 redis_pids() {
   URL=$REDIS_URL CLI=${REDIS_CLI:-redis-cli} python3 - <<'PY'
 import os, re, subprocess, sys, urllib.parse
+def note(what):
+    print("%s: its CPU is not counted" % what, file=sys.stderr)
 scheme, _, rest = os.environ["URL"].partition("://")
 if "unix" in scheme:
+    note("Redis on a unix socket")
     sys.exit(0)
 netloc = rest.split("/", 1)[0].split("?", 1)[0]
 auth, _, hosts = netloc.rpartition("@")
 user, colon, password = auth.partition(":")
-env = dict(os.environ)
+# Bytes throughout: a password or a path need not be ASCII (nor the locale UTF-8).
+env = dict(os.environb)
 if colon:
-    env["REDISCLI_AUTH"] = urllib.parse.unquote(password)
+    env[b"REDISCLI_AUTH"] = urllib.parse.unquote_to_bytes(password)
 seen = set()
 for h in hosts.split(","):
     if h.startswith("["):
@@ -73,35 +78,45 @@ for h in hosts.split(","):
         port = port.lstrip(":")
     else:
         host, _, port = h.partition(":")
-    port = port or "6379"
-    args = [env["CLI"], "-h", host, "-p", port, "--no-auth-warning"]
-    if user:
-        args += ["--user", urllib.parse.unquote(user)]
     try:
-        info = subprocess.run(args + ["info", "server"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, universal_newlines=True,
-                              timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        info = ""
-    pid = re.search(r"^process_id:(\d+)", info, re.M)
-    pid = pid.group(1) if pid else None
+        port = int(port or 6379)
+    except ValueError:
+        note("Redis at %s (no port number)" % host)
+        continue
+    args = [os.environb[b"CLI"], b"-h", host.encode(), b"-p", b"%d" % port, b"--no-auth-warning"]
+    if scheme.startswith("rediss"):
+        args.append(b"--tls")
+    if user:
+        args += [b"--user", urllib.parse.unquote_to_bytes(user)]
+    try:
+        info = subprocess.run(args + [b"info", b"server"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=5).stdout
+    except OSError:
+        note("Redis at %s:%d (no redis-cli to ask it)" % (host, port))
+        continue
+    except (ValueError, subprocess.SubprocessError):
+        info = b""
+    pid = re.search(rb"^process_id:(\d+)", info, re.M)
+    pid = pid.group(1).decode() if pid else None
     try:
         with open("/proc/%s/cmdline" % pid, "rb") as f:
-            title = f.read().replace(b"\0", b" ").decode(errors="replace")
+            title = f.read().replace(b"\0", b" ")
     except (OSError, TypeError):
-        title = ""
+        title = b""
     # "redis-server 127.0.0.1:6379 [cluster]", "/usr/bin/redis-server *:6379", or without a
-    # process title "redis-server --port 6379".
-    here = re.match(r"(\S*/)?redis-server\s(.*[:\s])?%s(\s|$)" % re.escape(port), title)
+    # process title "redis-server --port 6379"; Valkey's too.
+    here = re.match(rb"(\S*/)?(redis|valkey)-server\s+(\S*:0*%d|(.*\s)?--port\s+0*%d)(\s|$)"
+                    % (port, port), title)
     if here and pid not in seen:
         seen.add(pid)
         print(pid)
     elif not here:
-        print("Redis at %s:%s is not a redis-server on this machine (or did not answer): its "
-              "CPU is not counted" % (host, port), file=sys.stderr)
+        note("Redis at %s:%d is not a redis-server on this machine (or did not answer)"
+             % (host, port))
 PY
 }
 mapfile -t RPIDS < <(redis_pids)
+wait $! # python's status: set -e stops here if it failed
 ticks() { # pid... -> "user system" clock ticks, summed
   for p in "$@"; do cat "/proc/$p/stat"; done | sed 's/^.*) //' | awk '{u += $12; s += $13} END {print u + 0, s + 0}'
 }
