@@ -177,17 +177,11 @@ string_newtype!(SessionId);
 string_newtype!(AgentId);
 string_newtype!(TenantId);
 
-impl fmt::Display for EventId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-0", self.0)
-    }
-}
-
-impl Serialize for EventId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // `<seq>-0` written on the stack: `collect_str` would go through the formatter and the
-        // serializer's escaping writer one piece at a time (every answer carries an event id).
-        let mut buf = [0u8; 22];
+impl EventId {
+    /// `<seq>-0` (the Redis stream id of the entry), written into `buf`: the one place the
+    /// format is made, on the stack (every answer carries an event id, and every append sends
+    /// a few stream ids).
+    fn write(self, buf: &mut [u8; 22]) -> &str {
         let mut at = buf.len() - 2;
         buf[at..].copy_from_slice(b"-0");
         let mut n = self.0;
@@ -200,7 +194,21 @@ impl Serialize for EventId {
             }
         }
         // Digits and `-0`: ASCII.
-        s.serialize_str(std::str::from_utf8(&buf[at..]).unwrap_or_default())
+        std::str::from_utf8(&buf[at..]).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.write(&mut [0; 22]))
+    }
+}
+
+impl Serialize for EventId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // As a string at once: `collect_str` would go through the formatter and the
+        // serializer's escaping writer one piece at a time.
+        s.serialize_str(self.write(&mut [0; 22]))
     }
 }
 
@@ -237,6 +245,7 @@ mod tests {
             1 << 40,
             9_999_999_999_999_999_999,
         ] {
+            assert_eq!(EventId(seq).to_string(), format!("{seq}-0"));
             let json = serde_json::to_string(&EventId(seq)).unwrap();
             assert_eq!(json, format!("\"{seq}-0\""));
             assert_eq!(
@@ -249,6 +258,7 @@ mod tests {
             serde_json::to_string(&EventId(u64::MAX)).unwrap(),
             format!("\"{}-0\"", u64::MAX)
         );
+        assert_eq!(EventId(u64::MAX).to_string(), format!("{}-0", u64::MAX));
     }
 
     #[test]

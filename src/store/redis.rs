@@ -24,7 +24,7 @@ use redis::{Script, Value};
 use super::capacity::{self, Pressure};
 use super::entries::{bytes, decode_entries, decode_entry, entry_anchor, int};
 use super::{Anchor, Append, EventLog, Mark, StoreResult};
-use crate::domain::{NewEvent, Recorded, SessionId};
+use crate::domain::{EventId, NewEvent, Recorded, SessionId};
 
 mod append;
 mod clock;
@@ -205,7 +205,7 @@ impl EventLog for RedisLog {
             let mut conn = self.conn.here();
             let reply: Value = redis::cmd("XRANGE")
                 .arg(self.key(sid))
-                .arg(format!("({after}-0"))
+                .arg(format!("({}", EventId(after)))
                 .arg("+")
                 .arg("COUNT")
                 .arg(limit)
@@ -230,7 +230,7 @@ impl EventLog for RedisLog {
             let mut conn = self.conn.here();
             let reply: Value = redis::cmd("XRANGE")
                 .arg(self.key(sid))
-                .arg(format!("{}-0", anchor.seq))
+                .arg(EventId(anchor.seq).to_string())
                 .arg("+")
                 .arg("COUNT")
                 .arg(limit + 1)
@@ -320,7 +320,7 @@ impl RedisLog {
         let mut cmd = redis::cmd("XTRIM");
         cmd.arg(self.key(sid))
             .arg("MINID")
-            .arg(format!("{keep_from}-0"));
+            .arg(EventId(keep_from).to_string());
         cmd
     }
 }

@@ -18,7 +18,7 @@ use super::super::StoreError;
 use super::super::{encode, stamp, Anchor, Append, Mark, StoreResult};
 use super::{eval, evalsha, Conn, RedisLog, WAIT_TIMEOUT};
 use crate::domain::event::SCHEMA_VERSION;
-use crate::domain::{NewEvent, SessionId};
+use crate::domain::{EventId, NewEvent, SessionId};
 
 impl RedisLog {
     pub(super) async fn append_marked(
@@ -341,10 +341,10 @@ impl RedisLog {
     }
 }
 
-/// Adds the stream id of entry `seq` (`<seq>-0`) to `cmd` as its next argument.
+/// Adds the stream id of entry `seq` (its event id) to `cmd` as its next argument.
 fn stream_id(cmd: &mut redis::Cmd, seq: u64) {
     // Writing to a `Vec` cannot fail.
-    let _ = write!(cmd.writer_for_next_arg(), "{seq}-0");
+    let _ = write!(cmd.writer_for_next_arg(), "{}", EventId(seq));
 }
 
 /// Whether a write at `ms` after an entry committed at `prev_ts` sets the session's keys to
