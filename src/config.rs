@@ -175,6 +175,17 @@ pub struct Settings {
     /// (it resumes with `Last-Event-ID`).
     #[arg(long, env = "DSH_SSE_FEED_CAPACITY", default_value_t = crate::live::FEED_CAPACITY, global = true)]
     pub sse_feed_capacity: usize,
+    /// Milliseconds between rechecks of quiet session feeds: a session with subscribers here
+    /// that heard no committed events for this long has its log read past the last event
+    /// heard, so an event whose live message was lost (its replica died between the commit and
+    /// the message) reaches them within twice this. 0 turns it off.
+    #[arg(
+        long,
+        env = "DSH_SSE_RECHECK_MS",
+        default_value_t = 5_000,
+        global = true
+    )]
+    pub sse_recheck_ms: u64,
     /// After SIGTERM, how long (ms) the replica keeps serving requests while it is not ready,
     /// before it stops accepting: time for a load balancer that polls `/readyz` to stop sending
     /// it traffic. Event streams end and turns are handed over at once either way. Answers
@@ -336,6 +347,7 @@ impl Settings {
             sse_feed_capacity: crate::live::FEED_CAPACITY,
             drain_delay_ms: 0,
             sse_heartbeat_ms: 15_000,
+            sse_recheck_ms: 5_000,
             max_steps: crate::engine::DEFAULT_MAX_STEPS,
             max_agents: 1000,
             auth: AuthMode::Auto,

@@ -252,6 +252,11 @@ impl Application {
             stores.log.clone(),
             settings.sse_feed_capacity,
         );
+        if settings.sse_recheck_ms > 0 {
+            hub.recheck_quiet_feeds(std::time::Duration::from_millis(
+                settings.sse_recheck_ms.max(10),
+            ));
+        }
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
         if let Some(webhooks) = &stores.webhooks {
             Sender::start_for(webhooks, &replica_id, settings.webhook_sender(), &shutdown)?;

@@ -6,8 +6,11 @@
 //! makes that feed's streams catch up from the log.
 //!
 //! Delivery is best-effort by design: a subscriber ([`stream::LiveStream`]) tracks the last seq
-//! it sent and reads any gap from the log, and after a reconnect of the bus every feed is told
-//! to resync, so a stream never skips or repeats an event. A subscriber that falls more than
+//! it sent and reads any gap from the log, after a reconnect of the bus every feed is told to
+//! resync, and a session whose feed heard nothing for a while has its log read past what it
+//! last heard ([`Hub::recheck_quiet_feeds`]: a message that never came at the log's tail, its
+//! writer gone between the commit and the message), so a stream never skips or repeats an
+//! event. A subscriber that falls more than
 //! [`FEED_CAPACITY`] items behind is cut off and resumes with `Last-Event-ID`. A deleted
 //! session's feed hears it from the store's notice and its streams end.
 //!
@@ -17,6 +20,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -35,6 +39,10 @@ pub use stream::{Item, LiveStream};
 /// Items a session feed holds at most by default; a subscriber further behind is disconnected.
 /// A feed holds only what some subscriber has not read yet.
 pub const FEED_CAPACITY: usize = 1024;
+
+/// Events a recheck of a quiet feed reads at most: past them, the next recheck reads on (only
+/// the tail of a log can miss its message, usually one commit's events).
+const RECHECK_READ: usize = 32;
 
 /// A committed event on its way to subscribers, serialized at most once per replica however
 /// many subscribers send it.
@@ -97,7 +105,7 @@ pub enum FeedItem {
 type Feed = feed::Feed<FeedItem>;
 
 pub struct Hub {
-    feeds: Mutex<HashMap<SessionId, Arc<Feed>>>,
+    feeds: Mutex<HashMap<SessionId, Local>>,
     capacity: usize,
     /// Tells the bus which sessions this replica listens to.
     watcher: Watcher,
@@ -106,6 +114,26 @@ pub struct Hub {
     unwatched: std::sync::atomic::AtomicU64,
     /// The log streams catch up from (through the store's seam, as DESIGN §7 allows).
     log: Arc<dyn EventLog>,
+}
+
+/// A session with subscribers here: its feed, and what the bus said of it lately.
+struct Local {
+    feed: Arc<Feed>,
+    /// The highest seq of the committed events delivered to the feed (0: none yet), or found in
+    /// the log by a recheck.
+    seen: u64,
+    /// Whether committed events came since the last recheck ([`Hub::recheck_quiet_feeds`]).
+    heard: bool,
+}
+
+impl Local {
+    fn new(feed: Arc<Feed>) -> Self {
+        Self {
+            feed,
+            seen: 0,
+            heard: false,
+        }
+    }
 }
 
 /// A subscriber's handle on a session feed; the feed goes away with its last subscriber.
@@ -121,6 +149,18 @@ impl Subscription {
         self.rx
             .as_mut()
             .expect("a live subscription has its receiver until dropped")
+    }
+
+    /// Tells the hub the session's log held events up to `seq` (a subscriber caught up to
+    /// there): its recheck reads past that.
+    pub fn saw(&self, seq: u64) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let mut feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(local) = feeds.get_mut(&self.sid) {
+            local.seen = local.seen.max(seq);
+        }
     }
 
     /// Skips everything buffered: the next item is the next one sent.
@@ -140,7 +180,10 @@ impl Drop for Subscription {
         // Released under the lock, so two last subscribers leaving together cannot both see
         // the other and leave the feed behind.
         drop(self.rx.take());
-        if feeds.get(&self.sid).is_some_and(|f| f.receivers() == 0) {
+        if feeds
+            .get(&self.sid)
+            .is_some_and(|f| f.feed.receivers() == 0)
+        {
             feeds.remove(&self.sid);
             hub.watcher.unwatch(&self.sid);
         }
@@ -167,7 +210,7 @@ impl Hub {
     async fn dispatch(hub: Weak<Hub>, mut rx: mpsc::UnboundedReceiver<LiveMessage>) {
         while let Some(msg) = rx.recv().await {
             let Some(hub) = hub.upgrade() else { return };
-            let feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
+            let mut feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
             let confirmation = matches!(msg, LiveMessage::Watching { .. });
             if let Some(sid) = msg.session().filter(|_| !confirmation) {
                 hub.received.fetch_add(1, Ordering::Relaxed);
@@ -177,34 +220,88 @@ impl Hub {
             }
             match msg {
                 LiveMessage::Events { sid, events } => {
-                    if let Some(tx) = feeds.get(&sid) {
+                    if let Some(local) = feeds.get_mut(&sid) {
+                        local.heard = true;
+                        if let Some(last) = events.last() {
+                            local.seen = local.seen.max(last.seq());
+                        }
                         let shared = events
                             .into_iter()
                             .map(|e| LiveEvent::new(&sid, e))
                             .collect();
-                        tx.send(FeedItem::Events(shared));
+                        local.feed.send(FeedItem::Events(shared));
                     }
                 }
                 LiveMessage::Ephemeral(msg) => {
-                    if let Some(tx) = feeds.get(&msg.sid) {
-                        tx.send(FeedItem::Ephemeral(Arc::new(msg)));
+                    if let Some(local) = feeds.get(&msg.sid) {
+                        local.feed.send(FeedItem::Ephemeral(Arc::new(msg)));
                     }
                 }
                 LiveMessage::Deleted { sid } => {
-                    if let Some(tx) = feeds.get(&sid) {
-                        tx.send(FeedItem::Deleted);
+                    if let Some(local) = feeds.get(&sid) {
+                        local.feed.send(FeedItem::Deleted);
                     }
                 }
                 LiveMessage::Reconnected => {
-                    for tx in feeds.values() {
-                        tx.send(FeedItem::Resync);
+                    for local in feeds.values() {
+                        local.feed.send(FeedItem::Resync);
                     }
                 }
                 LiveMessage::Watching { sid } => {
-                    if let Some(tx) = feeds.get(&sid) {
-                        tx.send(FeedItem::Resync);
+                    if let Some(local) = feeds.get(&sid) {
+                        local.feed.send(FeedItem::Resync);
                     }
                 }
+            }
+        }
+    }
+
+    /// Every `every`, reads the log of each session whose feed heard no committed events since
+    /// the last time, past the last seq it knows of: if the log holds more, the feed's streams
+    /// catch up from it ([`FeedItem::Resync`]). A live message is sent after its commit, so a
+    /// replica that dies between the two (or a message lost on the way) leaves subscribers
+    /// elsewhere without that event until the session's next message: for a session that goes
+    /// quiet after it, at most twice this long (the period it was committed in may have heard
+    /// other events). One `read` per quiet session and period (past the last
+    /// event heard or caught up to, so it finds nothing unless an event went unheard), one
+    /// session at a time; nothing for a session the bus keeps busy.
+    pub fn recheck_quiet_feeds(self: &Arc<Self>, every: Duration) {
+        let hub = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(hub) = hub.upgrade() else { return };
+                hub.recheck().await;
+            }
+        });
+    }
+
+    async fn recheck(&self) {
+        let quiet: Vec<(SessionId, u64)> = {
+            let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
+            feeds
+                .iter_mut()
+                .filter_map(|(sid, local)| {
+                    let heard = std::mem::replace(&mut local.heard, false);
+                    (!heard).then(|| (sid.clone(), local.seen))
+                })
+                .collect()
+        };
+        for (sid, seen) in quiet {
+            let next = match self.log.read(&sid, seen, RECHECK_READ).await {
+                Ok(events) => events.last().map(Recorded::seq),
+                Err(e) => {
+                    tracing::debug!(session = %sid, error = %e, "a quiet feed's log could not be read; it is read again next time");
+                    continue;
+                }
+            };
+            let Some(next) = next else { continue };
+            let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(local) = feeds.get_mut(&sid) {
+                local.seen = local.seen.max(next);
+                local.feed.send(FeedItem::Resync);
             }
         }
     }
@@ -212,11 +309,11 @@ impl Hub {
     pub fn subscribe(self: &Arc<Self>, sid: &SessionId) -> Subscription {
         let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
         let rx = match feeds.get(sid) {
-            Some(feed) => feed.subscribe(),
+            Some(local) => local.feed.subscribe(),
             None => {
                 let feed = Feed::new(self.capacity);
                 let rx = feed.subscribe();
-                feeds.insert(sid.clone(), feed);
+                feeds.insert(sid.clone(), Local::new(feed));
                 // Under the lock, so a watch and the unwatch of a feed that just emptied
                 // reach the bus in the order the feeds changed.
                 self.watcher.watch(sid);
@@ -233,7 +330,7 @@ impl Hub {
     /// SSE subscribers on this replica.
     pub fn subscribers(&self) -> usize {
         let feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
-        feeds.values().map(|f| f.receivers()).sum()
+        feeds.values().map(|f| f.feed.receivers()).sum()
     }
 
     /// Session messages the bus delivered to this replica, and how many of them were for a

@@ -200,6 +200,10 @@ impl LiveStream {
         for e in batch {
             self.accept(LiveEvent::new(&self.sid, e));
         }
+        if matches!(self.mode, Mode::Following { .. }) {
+            // Caught up: the log ended here a moment ago.
+            self.sub.saw(self.last);
+        }
     }
 
     /// Whether the session still has a log (it always holds at least its last event). A failed

@@ -98,6 +98,67 @@ async fn reconnecting_with_last_event_id_on_another_replica_gets_exactly_the_mis
     assert_eq!(raw_ids(&live), vec![7]);
 }
 
+/// A replica that dies between a commit and its live message leaves the event in the log and
+/// no message on the bus. Written here straight into the log, as such a replica's append left
+/// it: subscribers on another replica still get it, exactly once, once their replica rechecks
+/// the quiet session (`DSH_SSE_RECHECK_MS`), and the stream goes on live afterwards.
+#[tokio::test]
+async fn an_event_whose_live_message_was_lost_reaches_subscribers_once_their_replica_rechecks() {
+    let redis = TestRedis::start().await;
+    let a = spawn_replica(Some(&redis), "a").await;
+    let b = spawn_with(Some(&redis), "b", |s| s.sse_recheck_ms = 100).await;
+    let sid = a.create_session().await;
+    let mut sub = SseClient::connect(&events_url(&b, &sid, "?after=1-0"), None).await;
+    // A live event first: b hears the session from here on (its subscription is confirmed, so
+    // no catch-up of its own reads the log later).
+    a.set_plan(&sid, "main", true).await.ok();
+    sub.until("2-0", |f| {
+        f.id.as_deref() == Some("2-0") && f.event == "plan/view"
+    })
+    .await;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    let mut c = redis.conn().await;
+    let _: String = redis::cmd("XADD")
+        .arg(redis.key(&sid))
+        .arg("3-0")
+        .arg(&[
+            "type",
+            "plan/mode",
+            "agent",
+            "main",
+            "data",
+            r#"{"active":false}"#,
+            "ts",
+            &now_ms,
+            "v",
+            "1",
+        ])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let frames = sub
+        .until("the unpublished 3-0", |f| {
+            f.id.as_deref() == Some("3-0") && f.event == "plan/view"
+        })
+        .await;
+    assert_eq!(raw_ids(&frames), vec![3], "{frames:#?}");
+    assert_eq!(frames.last().unwrap().data["data"]["active"], false);
+    assert_eq!(
+        a.set_plan(&sid, "main", true).await.ok()["outcome"],
+        "committed"
+    );
+    let live = sub
+        .until("4-0", |f| {
+            f.id.as_deref() == Some("4-0") && f.event == "plan/view"
+        })
+        .await;
+    assert_eq!(raw_ids(&live), vec![4], "nothing repeats: {live:#?}");
+}
+
 #[tokio::test]
 async fn type_and_agent_filters_select_what_a_client_reads() {
     let redis = TestRedis::start().await;

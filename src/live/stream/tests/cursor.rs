@@ -149,3 +149,39 @@ async fn a_deletion_whose_notice_was_lost_is_found_by_the_next_catch_up() {
     s.wire.send(LiveMessage::Reconnected);
     assert_eq!(drain(&mut stream).await, ["deleted", "end"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_commit_whose_message_was_lost_at_the_tail_arrives_with_the_next_recheck() {
+    let (s, mut stream) = following(16).await;
+    s.hub.recheck_quiet_feeds(Duration::from_secs(5));
+    // Heard: the feed knows the log reaches 2.
+    s.commit(vec![mode("main", true)]).await;
+    assert_eq!(
+        drain(&mut stream).await,
+        ["2 plan/mode", "view main active=true @2"]
+    );
+    // Its writer died before the message: nothing comes until the session's next message…
+    s.append(vec![mode("main", false), mode("main", true)])
+        .await;
+    assert_eq!(drain(&mut stream).await, Vec::<String>::new());
+    // …or the recheck, which reads the quiet session's log past what the feed knows: not the
+    // first one (the feed heard 2 in its period), the one after.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(drain(&mut stream).await, Vec::<String>::new());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        drain(&mut stream).await,
+        [
+            "3 plan/mode",
+            "view main active=false @3",
+            "4 plan/mode",
+            "view main active=true @4"
+        ]
+    );
+    // Then live again, nothing twice.
+    s.commit(vec![mode("main", false)]).await;
+    assert_eq!(
+        drain(&mut stream).await,
+        ["5 plan/mode", "view main active=false @5"]
+    );
+}
