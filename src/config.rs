@@ -178,7 +178,8 @@ pub struct Settings {
     /// Milliseconds between rechecks of quiet session feeds: a session with subscribers here
     /// that heard no committed events for this long has its log read past the last event
     /// heard, so an event whose live message was lost (its replica died between the commit and
-    /// the message) reaches them within twice this. 0 turns it off.
+    /// the message) reaches them within about twice this, and streams of a session whose log
+    /// is gone (its deletion notice lost) end. 0 turns it off; at least 10.
     #[arg(
         long,
         env = "DSH_SSE_RECHECK_MS",

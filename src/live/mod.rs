@@ -151,15 +151,21 @@ impl Subscription {
             .expect("a live subscription has its receiver until dropped")
     }
 
-    /// Tells the hub the session's log held events up to `seq` (a subscriber caught up to
-    /// there): its recheck reads past that.
+    /// Tells the hub the session's log held events up to `seq` (this subscriber caught up to
+    /// there): its recheck reads past that. Past what the feed heard, the log holds events
+    /// the feed's other subscribers may not have (their message lost): they catch up too.
     pub fn saw(&self, seq: u64) {
         let Some(hub) = self.hub.upgrade() else {
             return;
         };
         let mut feeds = hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(local) = feeds.get_mut(&self.sid) {
-            local.seen = local.seen.max(seq);
+            if seq > local.seen {
+                local.seen = seq;
+                if local.feed.receivers() > 1 {
+                    local.feed.send(FeedItem::Resync);
+                }
+            }
         }
     }
 
@@ -261,10 +267,12 @@ impl Hub {
     /// catch up from it ([`FeedItem::Resync`]). A live message is sent after its commit, so a
     /// replica that dies between the two (or a message lost on the way) leaves subscribers
     /// elsewhere without that event until the session's next message: for a session that goes
-    /// quiet after it, at most twice this long (the period it was committed in may have heard
-    /// other events). One `read` per quiet session and period (past the last
-    /// event heard or caught up to, so it finds nothing unless an event went unheard), one
-    /// session at a time; nothing for a session the bus keeps busy.
+    /// quiet after it, about twice this long at most (the period it was committed in may have
+    /// heard other events; a pass takes a read per quiet session). A log found gone (its
+    /// deletion notice lost, its keys expired) ends the streams the same way. One `read` per
+    /// quiet session and period (from the last event heard or caught up to, so it finds that
+    /// one alone unless an event went unheard), one session at a time, none after a read fails
+    /// until the next period; nothing for a session the bus keeps busy.
     pub fn recheck_quiet_feeds(self: &Arc<Self>, every: Duration) {
         let hub = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -290,17 +298,28 @@ impl Hub {
                 .collect()
         };
         for (sid, seen) in quiet {
-            let next = match self.log.read(&sid, seen, RECHECK_READ).await {
+            // From the last event known, which a log always holds (it keeps at least its last
+            // event): none means the log is gone, its deletion notice lost or its keys
+            // expired, and the streams' catch-up ends them.
+            let last = match self
+                .log
+                .read(&sid, seen.saturating_sub(1), RECHECK_READ)
+                .await
+            {
                 Ok(events) => events.last().map(Recorded::seq),
                 Err(e) => {
-                    tracing::debug!(session = %sid, error = %e, "a quiet feed's log could not be read; it is read again next time");
-                    continue;
+                    // The rest waits for the next period (a bus that reconnects resyncs every
+                    // feed anyway): an outage is not met with a read per feed.
+                    tracing::debug!(session = %sid, error = %e, "a quiet feed's log could not be read; rechecks resume next period");
+                    return;
                 }
             };
-            let Some(next) = next else { continue };
+            if last.is_some_and(|last| last <= seen) {
+                continue;
+            }
             let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(local) = feeds.get_mut(&sid) {
-                local.seen = local.seen.max(next);
+                local.seen = local.seen.max(last.unwrap_or(0));
                 local.feed.send(FeedItem::Resync);
             }
         }

@@ -185,3 +185,37 @@ async fn a_commit_whose_message_was_lost_at_the_tail_arrives_with_the_next_reche
         ["5 plan/mode", "view main active=false @5"]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_second_subscriber_catching_up_past_a_lost_message_brings_the_first_along() {
+    let (s, mut first) = following(16).await;
+    s.hub.recheck_quiet_feeds(Duration::from_secs(5));
+    // Lost: the first stream waits on the feed…
+    s.append(vec![mode("main", true)]).await;
+    assert_eq!(drain(&mut first).await, Vec::<String>::new());
+    // …while a second one (a reload, a client of the dead replica resuming here) reads it
+    // from the log: what it caught up to is past what the feed heard, so the first reads on.
+    let mut second = s.open(Some(1)).await;
+    assert_eq!(
+        drain(&mut second).await,
+        ["view main active=true", "2 plan/mode"]
+    );
+    assert_eq!(
+        drain(&mut first).await,
+        ["2 plan/mode", "view main active=true @2"]
+    );
+    // And nothing more after the rechecks.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(drain(&mut first).await, Vec::<String>::new());
+    assert_eq!(drain(&mut second).await, Vec::<String>::new());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deletion_whose_notice_was_lost_ends_quiet_streams_at_a_recheck() {
+    let (s, mut stream) = following(16).await;
+    s.hub.recheck_quiet_feeds(Duration::from_secs(5));
+    assert!(s.log.delete(&s.sid).await.unwrap());
+    assert_eq!(drain(&mut stream).await, Vec::<String>::new());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(drain(&mut stream).await, ["deleted", "end"]);
+}
