@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use crate::domain::event::frames::RecordedFrame;
 use crate::domain::{Recorded, SessionId};
-use crate::store::{Ephemeral, EventLog, LiveBus, LiveMessage, Watcher};
+use crate::store::{Ephemeral, EventLog, LiveBus, LiveMessage, StoreError, Watcher};
 
 pub mod feed;
 mod revisions;
@@ -124,6 +124,10 @@ struct Local {
     seen: u64,
     /// Whether committed events came since the last recheck ([`Hub::recheck_quiet_feeds`]).
     heard: bool,
+    /// Whether a subscriber caught up past what the feed heard while others follow it: they
+    /// may miss what it read (a lost message), so a quiet feed's next recheck has them catch
+    /// up too.
+    behind: bool,
 }
 
 impl Local {
@@ -132,6 +136,7 @@ impl Local {
             feed,
             seen: 0,
             heard: false,
+            behind: false,
         }
     }
 }
@@ -153,7 +158,8 @@ impl Subscription {
 
     /// Tells the hub the session's log held events up to `seq` (this subscriber caught up to
     /// there): its recheck reads past that. Past what the feed heard, the log holds events
-    /// the feed's other subscribers may not have (their message lost): they catch up too.
+    /// the feed's other subscribers may not have (their message lost, or still on its way):
+    /// unless the bus brings more (whose gap they read), they catch up at the next recheck.
     pub fn saw(&self, seq: u64) {
         let Some(hub) = self.hub.upgrade() else {
             return;
@@ -162,9 +168,7 @@ impl Subscription {
         if let Some(local) = feeds.get_mut(&self.sid) {
             if seq > local.seen {
                 local.seen = seq;
-                if local.feed.receivers() > 1 {
-                    local.feed.send(FeedItem::Resync);
-                }
+                local.behind |= local.feed.receivers() > 1;
             }
         }
     }
@@ -293,7 +297,16 @@ impl Hub {
                 .iter_mut()
                 .filter_map(|(sid, local)| {
                     let heard = std::mem::replace(&mut local.heard, false);
-                    (!heard).then(|| (sid.clone(), local.seen))
+                    let behind = std::mem::replace(&mut local.behind, false);
+                    if heard {
+                        // Busy: a stream behind reads its gap when the next message comes.
+                        return None;
+                    }
+                    if behind {
+                        local.feed.send(FeedItem::Resync);
+                        return None;
+                    }
+                    Some((sid.clone(), local.seen))
                 })
                 .collect()
         };
@@ -301,20 +314,28 @@ impl Hub {
             // From the last event known, which a log always holds (it keeps at least its last
             // event): none means the log is gone, its deletion notice lost or its keys
             // expired, and the streams' catch-up ends them.
-            let last = match self
-                .log
-                .read(&sid, seen.saturating_sub(1), RECHECK_READ)
-                .await
-            {
+            let read = self.log.read(&sid, seen.saturating_sub(1), RECHECK_READ);
+            let last = match read.await {
                 Ok(events) => events.last().map(Recorded::seq),
-                Err(e) => {
-                    // The rest waits for the next period (a bus that reconnects resyncs every
-                    // feed anyway): an outage is not met with a read per feed.
+                // The rest waits for the next period (a bus that reconnects resyncs every
+                // feed anyway): an outage is not met with a read per feed.
+                Err(StoreError::Unavailable(e)) => {
                     tracing::debug!(session = %sid, error = %e, "a quiet feed's log could not be read; rechecks resume next period");
                     return;
                 }
+                // This session's log (e.g. an entry this build cannot decode); the others'
+                // rechecks go on.
+                Err(e) => {
+                    tracing::debug!(session = %sid, error = %e, "a quiet feed's log could not be read");
+                    continue;
+                }
             };
             if last.is_some_and(|last| last <= seen) {
+                continue;
+            }
+            // Nothing from there on: gone, or shorter than what was heard (Redis lost entries;
+            // the streams' catch-up would find nothing either, every period).
+            if last.is_none() && !matches!(self.log.read(&sid, 0, 1).await, Ok(e) if e.is_empty()) {
                 continue;
             }
             let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());

@@ -194,12 +194,15 @@ async fn a_second_subscriber_catching_up_past_a_lost_message_brings_the_first_al
     s.append(vec![mode("main", true)]).await;
     assert_eq!(drain(&mut first).await, Vec::<String>::new());
     // …while a second one (a reload, a client of the dead replica resuming here) reads it
-    // from the log: what it caught up to is past what the feed heard, so the first reads on.
+    // from the log: what it caught up to is past what the feed heard, so the first reads on
+    // at the next recheck.
     let mut second = s.open(Some(1)).await;
     assert_eq!(
         drain(&mut second).await,
         ["view main active=true", "2 plan/mode"]
     );
+    assert_eq!(drain(&mut first).await, Vec::<String>::new());
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         drain(&mut first).await,
         ["2 plan/mode", "view main active=true @2"]
