@@ -275,8 +275,8 @@ impl Hub {
     /// heard other events; a pass takes a read per quiet session). A log found gone (its
     /// deletion notice lost, its keys expired) ends the streams the same way. One `read` per
     /// quiet session and period (from the last event heard or caught up to, so it finds that
-    /// one alone unless an event went unheard), one session at a time, none after a read fails
-    /// until the next period; nothing for a session the bus keeps busy.
+    /// one alone unless an event went unheard), one session at a time, none after the store
+    /// turns out unavailable until the next period; nothing for a session the bus keeps busy.
     pub fn recheck_quiet_feeds(self: &Arc<Self>, every: Duration) {
         let hub = Arc::downgrade(self);
         tokio::spawn(async move {
