@@ -170,6 +170,27 @@ impl TestRedis {
         format!("{}:{{{sid}}}:log", self.prefix)
     }
 
+    /// Writes an event of agent `main` straight into the session's log, as another replica's
+    /// append leaves it (entry `id`, commit time `ts`), and sends no live message.
+    pub async fn write_event(&self, sid: &str, id: &str, ty: &str, data: &str, ts: u64) {
+        let _: String = redis::cmd("XADD")
+            .arg(self.key(sid))
+            .arg(id)
+            .arg("type")
+            .arg(ty)
+            .arg("agent")
+            .arg("main")
+            .arg("data")
+            .arg(data)
+            .arg("ts")
+            .arg(ts)
+            .arg("v")
+            .arg(1)
+            .query_async(&mut self.conn().await)
+            .await
+            .unwrap();
+    }
+
     /// What the session's stream holds now (`DUMP`), for [`TestRedis::lose_since`].
     pub async fn snapshot(&self, sid: &str) -> Vec<u8> {
         redis::cmd("DUMP")

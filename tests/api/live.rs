@@ -119,27 +119,10 @@ async fn an_event_whose_live_message_was_lost_reaches_subscribers_once_their_rep
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_millis()
-        .to_string();
-    let mut c = redis.conn().await;
-    let _: String = redis::cmd("XADD")
-        .arg(redis.key(&sid))
-        .arg("3-0")
-        .arg(&[
-            "type",
-            "plan/mode",
-            "agent",
-            "main",
-            "data",
-            r#"{"active":false}"#,
-            "ts",
-            &now_ms,
-            "v",
-            "1",
-        ])
-        .query_async(&mut c)
-        .await
-        .unwrap();
+        .as_millis() as u64;
+    redis
+        .write_event(&sid, "3-0", "plan/mode", r#"{"active":false}"#, now_ms)
+        .await;
     let frames = sub
         .until("the unpublished 3-0", |f| {
             f.id.as_deref() == Some("3-0") && f.event == "plan/view"

@@ -59,25 +59,10 @@ on_both_stores! {
 /// Until the turn engine exists only another writer can open a turn; write it straight into
 /// the log, as another replica would, and check the running rows over HTTP.
 async fn open_turn(redis: &TestRedis, sid: &str, seq: u64) {
-    let mut c = redis.conn().await;
-    let _: String = redis::cmd("XADD")
-        .arg(redis.key(sid))
-        .arg(format!("{seq}-0"))
-        .arg(&[
-            "type",
-            "turn/started",
-            "agent",
-            "main",
-            "data",
-            r#"{"turn":"t1"}"#,
-            "ts",
-            "1",
-            "v",
-            "1",
-        ])
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let id = format!("{seq}-0");
+    redis
+        .write_event(sid, &id, "turn/started", r#"{"turn":"t1"}"#, 1)
+        .await;
 }
 
 #[tokio::test]

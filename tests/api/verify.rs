@@ -1,16 +1,7 @@
 use crate::helpers::{spawn_replica, verify, TestRedis};
 
 async fn xadd(redis: &TestRedis, sid: &str, id: &str, ty: &str, data: &str) {
-    let mut c = redis.conn().await;
-    let _: String = redis::cmd("XADD")
-        .arg(redis.key(sid))
-        .arg(id)
-        .arg(&[
-            "type", ty, "agent", "main", "data", data, "ts", "1", "v", "1",
-        ])
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    redis.write_event(sid, id, ty, data, 1).await;
 }
 
 #[tokio::test]
