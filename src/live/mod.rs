@@ -44,6 +44,15 @@ pub const FEED_CAPACITY: usize = 1024;
 /// the tail of a log can miss its message, usually one commit's events).
 const RECHECK_READ: usize = 32;
 
+/// Whether the session still has a log (it always holds at least its last event). A failed
+/// read is an outage, not a deletion: the session's streams go on.
+async fn has_log(log: &dyn EventLog, sid: &SessionId) -> bool {
+    match log.read(sid, 0, 1).await {
+        Ok(first) => !first.is_empty(),
+        Err(_) => true,
+    }
+}
+
 /// A committed event on its way to subscribers, serialized at most once per replica however
 /// many subscribers send it.
 #[derive(Debug)]
@@ -335,7 +344,7 @@ impl Hub {
             }
             // Nothing from there on: gone, or shorter than what was heard (Redis lost entries;
             // the streams' catch-up would find nothing either, every period).
-            if last.is_none() && !matches!(self.log.read(&sid, 0, 1).await, Ok(e) if e.is_empty()) {
+            if last.is_none() && has_log(&*self.log, &sid).await {
                 continue;
             }
             let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());

@@ -180,7 +180,7 @@ impl LiveStream {
                 return;
             }
         };
-        if batch.is_empty() && !self.exists().await {
+        if batch.is_empty() && !super::has_log(&*self.log, &self.sid).await {
             self.queue.push_back(Item::Deleted);
             self.mode = Mode::Ended;
             return;
@@ -203,15 +203,6 @@ impl LiveStream {
         if matches!(self.mode, Mode::Following { .. }) {
             // Caught up: the log ended here a moment ago.
             self.sub.saw(self.last);
-        }
-    }
-
-    /// Whether the session still has a log (it always holds at least its last event). A failed
-    /// read is an outage, not a deletion: the stream goes on.
-    async fn exists(&self) -> bool {
-        match self.log.read(&self.sid, 0, 1).await {
-            Ok(first) => !first.is_empty(),
-            Err(_) => true,
         }
     }
 
