@@ -27,7 +27,9 @@ async fn used_memory(redis: &TestRedis) -> u64 {
         .unwrap()
 }
 
-/// Caps Redis just above what it uses and fills it until it refuses a write.
+/// Caps Redis just above what it uses, fills it until it refuses a write, then lowers the cap
+/// below what it holds by a margin, so what frees a little meanwhile (keys that expire, a
+/// replica's background work) does not let a write the test expects refused slip under it.
 async fn fill(redis: &TestRedis) {
     config_set(redis, "maxmemory-policy", "noeviction").await;
     let cap = used_memory(redis).await + 2 * 1024 * 1024;
@@ -42,14 +44,16 @@ async fn fill(redis: &TestRedis) {
             .await;
         if let Err(e) = set {
             assert!(e.to_string().contains("OOM"), "{e}");
+            let held = used_memory(redis).await;
+            config_set(redis, "maxmemory", &(held - 512 * 1024).to_string()).await;
             return;
         }
     }
     panic!("Redis never filled up");
 }
 
-/// Creates sessions until one is refused (Redis's usage hovers at the limit, so a write may
-/// still slip under it); returns the refusal.
+/// Creates sessions until one is refused (one may still have slipped under the limit before
+/// `fill` lowered it); returns the refusal.
 async fn refused_create(app: &TestApp) -> crate::helpers::Reply {
     for _ in 0..50 {
         let reply = app.post_json("/v1/sessions", serde_json::json!({})).await;
