@@ -6,7 +6,7 @@
 #   bash k6/bench-ab.sh DIR[:NAME=value...] DIR[:NAME=value...] ...
 #
 # DIR holds `dsh-plan` and `examples/xadd_ceiling` (a copy of target/release after a build);
-# what follows it is environment for that arm's dsh-plan, e.g.
+# what follows it is environment for that arm's dsh-plan (values without a `:`), e.g.
 #   bash k6/bench-ab.sh /tmp/base /tmp/new /tmp/new:DSH_REDIS_WAIT_REPLICAS=0
 # On a cluster: bash scripts/redis-cluster.sh run bash k6/bench-ab.sh ...
 #
@@ -88,9 +88,24 @@ for round in $(seq "$ROUNDS"); do
   unset got
 done
 python3 - "${arms[@]}" -- "${results[@]}" <<'PY'
-import statistics, sys
+import re, statistics, sys
 cut = sys.argv.index("--")
 arms, runs = sys.argv[1:cut], [r.split(":") for r in sys.argv[cut + 1:]]
+# A setting that may be a credential is named, not shown (nor what follows it up to the next
+# setting: a value with a `:` in it).
+secret = re.compile(r"KEY|SECRET|PASSWORD|TOKEN|URL|AUTH", re.I)
+def shown(arm):
+    parts, hide = arm.split(":"), False
+    out = parts[:1]
+    for part in parts[1:]:
+        name, is_setting, _ = part.partition("=")
+        if is_setting and not re.search(r"[/@]", name):
+            hide = bool(secret.search(name))
+            out.append(name + "=…" if hide else part)
+        elif not hide:
+            out.append(part)
+    return ":".join(out)
+arms = [shown(arm) for arm in arms]
 print("| arm | dsh-plan req/s | ceiling req/s | share (median) | rounds' shares |")
 print("|---|---|---|---|---|")
 for i, arm in enumerate(arms):
