@@ -6,7 +6,10 @@
 #   bash k6/bench-ab.sh DIR[:NAME=value...] DIR[:NAME=value...] ...
 #
 # DIR holds `dsh-plan` and `examples/xadd_ceiling` (a copy of target/release after a build);
-# what follows it is environment for that arm's dsh-plan (values without a `:`), e.g.
+# what follows it is environment for that arm's dsh-plan: NAME=value (a value without `:`),
+# or a bare NAME, passed on from this script's environment (for a credential: it then appears
+# on no command line). The table shows a value only when it is a number or a word like
+# `true`; any other as `…`. E.g.
 #   bash k6/bench-ab.sh /tmp/base /tmp/new /tmp/new:DSH_REDIS_WAIT_REPLICAS=0
 # On a cluster: bash scripts/redis-cluster.sh run bash k6/bench-ab.sh ...
 #
@@ -15,10 +18,18 @@
 # run that follows the other arm's and not the one that follows its own, by more than most
 # changes are worth (README, "Benchmarks"). The ceilings write keys of their own too.
 set -euo pipefail
+[ $# -ge 1 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
+# The arms' directories as the caller named them, before moving to the repository.
+arms=()
+for arm in "$@"; do
+  dir=${arm%%:*}
+  [ -d "$dir" ] || { echo "$dir: not a directory" >&2; exit 2; }
+  arms+=("$(cd "$dir" && pwd)${arm:${#dir}}")
+done
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 DURATION=${DURATION:-5s}
 ROUNDS=${ROUNDS:-6}
+[ "$ROUNDS" -ge 1 ] || { echo "ROUNDS must be at least 1" >&2; exit 2; }
 CONNECTIONS=${CONNECTIONS:-64}
 SPREAD=${SPREAD:-256}
 WORKERS=${WORKERS:-2}
@@ -30,9 +41,10 @@ if [ -z "${REDIS_URL:-}" ]; then
   export REDIS_URL=redis://127.0.0.1:$RPORT
 fi
 
-arms=("$@")
 dsh=()
 ceil=()
+labels=()
+started=()
 for arm in "${arms[@]}"; do
   dir=${arm%%:*}
   settings=()
@@ -40,19 +52,48 @@ for arm in "${arms[@]}"; do
   for bin in "$dir/dsh-plan" "$dir/examples/xadd_ceiling"; do
     [ -x "$bin" ] || { echo "$bin: not an executable" >&2; exit 2; }
   done
+  # What the table calls the arm: its directory and settings, a value only when it is plainly
+  # not a credential.
+  label=$dir
+  for setting in ${settings[@]+"${settings[@]}"}; do
+    name=${setting%%=*}
+    [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || { echo "$dir: a setting is not NAME=value or NAME" >&2; exit 2; }
+    value=${setting#*=}
+    if [ "$setting" = "$name" ]; then
+      label+=":$name"
+    elif [[ $value =~ ^([0-9]+(\.[0-9]+)?|true|false|on|off|yes|no)$ ]]; then
+      label+=":$name=$value"
+    else
+      label+=":$name=…"
+    fi
+  done
+  labels+=("$label")
   port=$(free_port)
-  env ${settings[@]+"${settings[@]}"} RUST_LOG=warn DSH_BIND=127.0.0.1:$port \
-    DSH_WORKERS=$WORKERS "$dir/dsh-plan" >/dev/null &
+  # Exported in a subshell, not given to `env`: no value reaches a command line; the arm's
+  # settings after the script's own, so they can override them. A bare NAME is passed on.
+  (
+    export RUST_LOG=warn DSH_BIND=127.0.0.1:$port DSH_WORKERS=$WORKERS
+    for setting in ${settings[@]+"${settings[@]}"}; do
+      # shellcheck disable=SC2163 # the variable named by (or assigned in) the setting
+      export "$setting"
+    done
+    exec "$dir/dsh-plan" >/dev/null
+  ) &
   pids+=($!)
+  started+=($!)
   dsh+=("$port")
   port=$(free_port)
   BIND=127.0.0.1:$port WORKERS=$WORKERS "$dir/examples/xadd_ceiling" >/dev/null 2>&1 &
   pids+=($!)
+  started+=($!)
   ceil+=("$port")
 done
+alive() { # pid...: all still running, else stop with the arm's name
+  for p in "$@"; do kill -0 "$p" 2>/dev/null || { echo "a server of arm ${labels[$i]} exited during start-up" >&2; exit 1; }; done
+}
 for i in "${!arms[@]}"; do
-  until curl -sf "http://127.0.0.1:${dsh[$i]}/readyz" >/dev/null; do sleep 0.05; done
-  until curl -s -o /dev/null "http://127.0.0.1:${ceil[$i]}/"; do sleep 0.05; done
+  until curl -sf "http://127.0.0.1:${dsh[$i]}/readyz" >/dev/null; do alive "${started[$((2 * i))]}"; sleep 0.05; done
+  until curl -s -o /dev/null "http://127.0.0.1:${ceil[$i]}/"; do alive "${started[$((2 * i + 1))]}"; sleep 0.05; done
 done
 
 declare -A sessions=()
@@ -68,15 +109,16 @@ rps() { # port sessions -> req/s
     "http://127.0.0.1:$1" | awk '/Requests\/sec/ {n = int($2)} END {print n + 0}'
 }
 
-# Round r starts with arm r mod n (so no arm always goes first); odd rounds measure each
-# dsh-plan before its ceiling, even ones after.
+# Round r starts with arm r mod n, so each arm goes first once in n rounds; over the next n
+# rounds each dsh-plan is measured after its ceiling instead of before (a multiple of 2n
+# rounds balances both).
 n=${#arms[@]}
 results=()
 for round in $(seq "$ROUNDS"); do
   declare -A got=()
   for k in $(seq 0 $((n - 1))); do
     i=$(((k + round) % n))
-    if [ $((round % 2)) = 1 ]; then
+    if [ $(((round - 1) / n % 2)) = 0 ]; then
       got[d$i]=$(rps "${dsh[$i]}" "${sessions[d$i]}")
       got[c$i]=$(rps "${ceil[$i]}" "${sessions[c$i]}")
     else
@@ -87,25 +129,10 @@ for round in $(seq "$ROUNDS"); do
   for i in "${!arms[@]}"; do results+=("$i:${got[d$i]}:${got[c$i]}"); done
   unset got
 done
-python3 - "${arms[@]}" -- "${results[@]}" <<'PY'
-import re, statistics, sys
+python3 - "${labels[@]}" -- "${results[@]}" <<'PY'
+import statistics, sys
 cut = sys.argv.index("--")
 arms, runs = sys.argv[1:cut], [r.split(":") for r in sys.argv[cut + 1:]]
-# A setting that may be a credential is named, not shown (nor what follows it up to the next
-# setting: a value with a `:` in it).
-secret = re.compile(r"KEY|SECRET|PASSWORD|TOKEN|URL|AUTH", re.I)
-def shown(arm):
-    parts, hide = arm.split(":"), False
-    out = parts[:1]
-    for part in parts[1:]:
-        name, is_setting, _ = part.partition("=")
-        if is_setting and not re.search(r"[/@]", name):
-            hide = bool(secret.search(name))
-            out.append(name + "=…" if hide else part)
-        elif not hide:
-            out.append(part)
-    return ":".join(out)
-arms = [shown(arm) for arm in arms]
 print("| arm | dsh-plan req/s | ceiling req/s | share (median) | rounds' shares |")
 print("|---|---|---|---|---|")
 for i, arm in enumerate(arms):

@@ -52,8 +52,8 @@ async fn fill(redis: &TestRedis) {
     panic!("Redis never filled up");
 }
 
-/// Creates sessions until one is refused (one may still have slipped under the limit before
-/// `fill` lowered it); returns the refusal.
+/// Creates sessions until one is refused (with the cap below what Redis holds, the first is);
+/// returns the refusal.
 async fn refused_create(app: &TestApp) -> crate::helpers::Reply {
     for _ in 0..50 {
         let reply = app.post_json("/v1/sessions", serde_json::json!({})).await;
