@@ -98,10 +98,7 @@ done
 
 declare -A sessions=()
 for i in "${!arms[@]}"; do
-  sessions[d$i]=$(for _ in $(seq "$SPREAD"); do
-    curl -sf -XPOST -H 'content-type: application/json' "http://127.0.0.1:${dsh[$i]}/v1/sessions" |
-      python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'
-  done | paste -sd, -)
+  sessions[d$i]=$(new_sessions "http://127.0.0.1:${dsh[$i]}" "$SPREAD")
   sessions[c$i]=$(python3 -c "import uuid; print(','.join(str(uuid.uuid4()) for _ in range($SPREAD)))")
 done
 rps() { # port sessions -> req/s

@@ -121,7 +121,6 @@ ticks() { # pid... -> "user system" clock ticks, summed
   for p in "$@"; do cat "/proc/$p/stat"; done | sed 's/^.*) //' | awk '{u += $12; s += $13} END {print u + 0, s + 0}'
 }
 
-new_session() { curl -sf -XPOST -H 'content-type: application/json' "$DSH/v1/sessions" | python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'; }
 rps() { # base sessions server-pid -> "req/s requests user system redis" (CPU in clock ticks)
   local before rbefore out after rafter
   before=$(ticks "$3")
@@ -136,8 +135,8 @@ rps() { # base sessions server-pid -> "req/s requests user system redis" (CPU in
          print n + 0, r + 0, y[1] - x[1], y[2] - x[2], q[1] + q[2] - p[1] - p[2]}'
 }
 
-ONE=$(new_session)
-MANY=$(for _ in $(seq "$SPREAD"); do new_session; done | paste -sd, -)
+ONE=$(new_sessions "$DSH")
+MANY=$(new_sessions "$DSH" "$SPREAD")
 echo "| load ($CONNECTIONS connections, $ROUNDS × $DURATION each, PUT plan toggling) | dsh-plan req/s | bare actix + XADD req/s | share (median) | rounds' shares |"
 echo "|---|---|---|---|---|"
 costs=()

@@ -29,7 +29,6 @@ RUST_LOG=warn DSH_BIND=127.0.0.1:$HPORT target/release/dsh-plan &
 pids+=($!)
 until curl -sf "$BASE/healthz" >/dev/null; do sleep 0.05; done
 
-new_session() { curl -sf -XPOST -H 'content-type: application/json' "$BASE/v1/sessions" | python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'; }
 ROWS=()
 run() { # name mode sessions
   echo "== $1 ($STORE store, $CONNECTIONS connections, $DURATION)"
@@ -48,7 +47,7 @@ table() {
 }
 
 if [[ " $PARTS " == *" many "* ]]; then
-  SESSIONS=$(for _ in $(seq "$SESSIONS_N"); do new_session; done | paste -sd, -)
+  SESSIONS=$(new_sessions "$BASE" "$SESSIONS_N")
   run "GET plan" get "$SESSIONS"
   run "PUT plan (toggling)" put "$SESSIONS"
   run "PUT plan (toggling, a new Idempotency-Key each)" put-keyed "$SESSIONS"
@@ -56,7 +55,7 @@ fi
 
 if [ "$STORE" = redis ] && [[ " $PARTS " == *" big "* ]]; then
   # A session with $BIG events, written straight into its stream as toggling plan/mode events.
-  BIGSID=$(new_session)
+  BIGSID=$(new_sessions "$BASE")
   python3 - "$BIGSID" "$BIG" <<'PY' | redis-cli -p "$RPORT" --pipe >/dev/null
 import sys
 sid, n = sys.argv[1], int(sys.argv[2])
@@ -68,7 +67,7 @@ for seq in range(2, n + 2):
     cmd("XADD", key, f"{seq}-0", "type", "plan/mode", "agent", "main",
         "data", '{"active":%s}' % ("true" if seq % 2 == 0 else "false"), "ts", "1", "v", "1")
 PY
-  SMALL=$(new_session)
+  SMALL=$(new_sessions "$BASE")
   for v in true false true false true false true false true; do
     curl -sf -XPUT -H 'content-type: application/json' -d "{\"active\":$v}" "$BASE/v1/sessions/$SMALL/agents/main/plan" >/dev/null
   done

@@ -32,3 +32,11 @@ start_server() {
     sleep 0.05
   done
 }
+
+# Creates N (default 1) sessions on the server at BASE; prints their ids, comma-separated.
+new_sessions() { # base [n]
+  for _ in $(seq "${2:-1}"); do
+    curl -sf -XPOST -H 'content-type: application/json' "$1/v1/sessions" |
+      python3 -c 'import sys,json; print(json.load(sys.stdin)["id"])'
+  done | paste -sd, -
+}
