@@ -165,6 +165,50 @@ async fn a_session_whose_slot_moves_to_another_primary_keeps_taking_writes_there
     }
 }
 
+/// Sets the plan of `sid`'s main agent in a task of its own: its reply, and how long it took.
+fn timed_set_plan(
+    app: &Arc<TestApp>,
+    sid: &str,
+    active: bool,
+) -> tokio::task::JoinHandle<(crate::helpers::Reply, Duration)> {
+    let (app, sid) = (app.clone(), sid.to_owned());
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let reply = app.set_plan(&sid, "main", active).await;
+        (reply, started.elapsed())
+    })
+}
+
+/// A write that reaches a session mid-migration, when its log has moved to the new primary and
+/// its other keys (request markers, never written) are on neither: the new primary answers
+/// the append script `TRYAGAIN` until the slot is its own. The write waits for that, within
+/// the response timeout (2 s), and commits once. (The cluster client's own retry waits 1.28 s
+/// before it asks again, and gives up after the second `TRYAGAIN`: a move that took longer
+/// than that failed the write.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_during_a_slot_migration_waits_for_it_to_finish_and_commits_once() {
+    let cluster = TestCluster::start(3, 0, 30_000).await;
+    let redis = cluster.redis();
+    let app = Arc::new(spawn_with(Some(&redis), "a", |_| {}).await);
+    let sid = app.create_session().await;
+    assert!(app.set_plan(&sid, "main", true).await.status.is_success());
+    let moving = cluster.begin_move(&redis.key(&sid)).await;
+    let writer = timed_set_plan(&app, &sid, false);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!writer.is_finished(), "the write did not wait for the move");
+    cluster.finish_move(&moving).await;
+    let (reply, took) = writer.await.unwrap();
+    assert_eq!(reply.status, 200, "after {took:?}: {reply:?}");
+    assert_eq!(reply.body["outcome"], "committed", "{reply:?}");
+    let modes: Vec<_> = app
+        .events_of_type(&sid, "plan/mode")
+        .await
+        .iter()
+        .map(|e| e["data"]["active"].clone())
+        .collect();
+    assert_eq!(modes, [json!(true), json!(false)], "the write ran once");
+}
+
 /// A primary that hangs past the response timeout (2 s) while a write is on its way: the
 /// write is answered 503 (within the timeout, not after a second one) and sent once. (Sent
 /// again after the timeout, both copies ran when the node woke: the first committed, the
@@ -181,14 +225,7 @@ async fn a_write_to_a_primary_that_hangs_past_the_timeout_is_refused_not_run_twi
     }
     let port = cluster.master_of(&redis.key(&sid)).await;
     cluster.pause(port, true);
-    let writer = {
-        let (app, sid) = (app.clone(), sid.clone());
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let reply = app.set_plan(&sid, "main", false).await;
-            (reply, started.elapsed())
-        })
-    };
+    let writer = timed_set_plan(&app, &sid, false);
     // Well past the 2 s timeout (however late the write reaches the node), then awake.
     tokio::time::sleep(Duration::from_millis(4_000)).await;
     cluster.pause(port, false);

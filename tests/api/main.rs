@@ -16,6 +16,7 @@ mod deltas;
 mod errors;
 mod failover;
 mod fanout;
+mod follow;
 mod frames;
 mod group;
 mod guard;

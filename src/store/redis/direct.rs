@@ -36,6 +36,7 @@ use redis::{
 };
 
 use super::conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use super::follows::Follows;
 
 /// Hash slots of a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -78,8 +79,8 @@ pub(super) enum Last {
     #[default]
     Cluster,
     /// Straight to a primary, on this connection (a `WAIT` follows it on the same connection:
-    /// it covers what that connection wrote).
-    Direct(MultiplexedConnection),
+    /// it covers what that connection wrote), which knows these follow marks.
+    Direct(MultiplexedConnection, Arc<Follows>),
     /// A command with a key that the cluster client carried: its slot had no usable route, or
     /// the direct attempt met a redirection (other than an `ASK` followed here), a lost
     /// connection or a failing cluster. The cluster client may have followed `ASK` to a node
@@ -111,6 +112,8 @@ struct Node {
     addr: (String, u16),
     /// `None`: not reachable when the routes were read.
     conn: Option<MultiplexedConnection>,
+    /// What `conn` knows of follow marks.
+    follows: Arc<Follows>,
     /// Set when a command sent to it met a lost connection or a timeout: its slots go through
     /// the cluster client until the routes are read again (which opens a new connection).
     left_out: AtomicBool,
@@ -157,7 +160,11 @@ impl Routed {
         &self,
         pipeline: &Pipeline,
     ) -> Result<(MultiplexedConnection, Arc<Routes>, usize), bool> {
-        let mut slots = pipeline.cmd_iter().map(|cmd| first_key(cmd).map(key_slot));
+        // `CLIENT CACHING yes` goes with the read after it, wherever that goes.
+        let mut slots = pipeline
+            .cmd_iter()
+            .filter(|cmd| !is_client_caching(cmd))
+            .map(|cmd| first_key(cmd).map(key_slot));
         let slot = slots.next().flatten().ok_or(false)?;
         if !slots.all(|s| s == Some(slot)) {
             return Err(false);
@@ -177,6 +184,14 @@ impl Routed {
             Some(conn) if !node.left_out.load(Ordering::Relaxed) => Ok((conn.clone(), routes, i)),
             _ => Err(true),
         }
+    }
+
+    /// What the connection a write for `key` would go on directly knows of follow marks:
+    /// `None` when it would not go directly, or Redis does not track that connection's reads.
+    pub(super) fn tracker(&self, key: &str) -> Option<Arc<Follows>> {
+        let (_, routes, i) = self.route(key_slot(key.as_bytes())).ok()?;
+        let follows = &routes.nodes[i].follows;
+        follows.known(b"").map(|_| follows.clone())
     }
 
     /// Reads the routes again in the background, unless that is under way or was done less
@@ -249,10 +264,12 @@ impl Routed {
         };
         match self.noted(&reply, node) {
             Detour::None => {
-                self.last = Last::Direct(conn);
+                self.last = Last::Direct(conn, node.follows.clone());
                 Some(reply)
             }
             Detour::LeaveOut => Some(reply),
+            // The caller sends it again after a pause.
+            Detour::Resend if is_try_again(&reply) => Some(reply),
             Detour::LeaveOutAndResend | Detour::Reroute | Detour::Resend => None,
         }
     }
@@ -298,44 +315,71 @@ impl ConnectionLike for Routed {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             self.last = Last::Cluster;
-            match self.direct(cmd) {
-                Ok((mut conn, routes, i)) => {
-                    let started = Instant::now();
-                    let reply = conn.req_packed_command(cmd).await;
-                    let detour = self.noted(&reply, &routes.nodes[i]);
-                    match detour {
-                        Detour::None => {
-                            self.last = Last::Direct(conn);
-                            return reply;
-                        }
-                        Detour::LeaveOut => return reply,
-                        Detour::LeaveOutAndResend | Detour::Reroute => self.last = Last::Unknown,
-                        Detour::Resend => {
-                            let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
-                            if let Some(e) = error_of(&reply) {
-                                if let Some(reply) = self.follow_ask(&e, cmd, &routes, left).await {
-                                    return reply;
-                                }
+            let started = Instant::now();
+            let mut pause = TRY_AGAIN_FIRST;
+            let mut attempted = false;
+            loop {
+                let (mut conn, routes, i) = match self.direct(cmd) {
+                    Ok(direct) => direct,
+                    Err(true) => {
+                        self.last = Last::Unknown;
+                        self.refresh();
+                        break;
+                    }
+                    Err(false) => break,
+                };
+                let reply = conn.req_packed_command(cmd).await;
+                attempted = true;
+                let detour = self.noted(&reply, &routes.nodes[i]);
+                let reply = match detour {
+                    Detour::None => {
+                        self.last = Last::Direct(conn, routes.nodes[i].follows.clone());
+                        return reply;
+                    }
+                    Detour::LeaveOut => return reply,
+                    Detour::LeaveOutAndResend | Detour::Reroute => {
+                        self.last = Last::Unknown;
+                        break;
+                    }
+                    Detour::Resend => {
+                        let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
+                        let asked = match error_of(&reply) {
+                            Some(e) => self.follow_ask(&e, cmd, &routes, left).await,
+                            None => None,
+                        };
+                        match asked {
+                            Some(asked) if !is_try_again(&asked) => return asked,
+                            Some(asked) => asked,
+                            None if is_try_again(&reply) => reply,
+                            None => {
+                                self.last = Last::Unknown;
+                                break;
                             }
-                            self.last = Last::Unknown;
                         }
                     }
-                    // The detour gets what is left of the response timeout, so a command
-                    // fails within it as through the cluster client alone (whose retries stop
-                    // once the caller has gone).
-                    let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
-                    return match tokio::time::timeout(left, self.cluster.req_packed_command(cmd))
-                        .await
-                    {
-                        Ok(reply) => reply,
-                        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
-                    };
-                }
-                Err(true) => {
+                };
+                // `TRYAGAIN` (the keys of a multi-key command are split between the two nodes
+                // of a slot being migrated, or the one it was asked on lacks some) or `LOADING`:
+                // the command did not run. Sent again after a pause, from the routes, while the
+                // response timeout allows (the cluster client would wait over a second first).
+                let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
+                if left <= pause {
                     self.last = Last::Unknown;
-                    self.refresh();
+                    return reply;
                 }
-                Err(false) => {}
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(TRY_AGAIN_MAX);
+            }
+            if attempted {
+                // The detour gets what is left of the response timeout, so a command fails
+                // within it as through the cluster client alone (whose retries stop once the
+                // caller has gone).
+                let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
+                return match tokio::time::timeout(left, self.cluster.req_packed_command(cmd)).await
+                {
+                    Ok(reply) => reply,
+                    Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+                };
             }
             self.cluster.req_packed_command(cmd).await
         })
@@ -384,7 +428,7 @@ impl ConnectionLike for Routed {
             };
             let detour = first_error.map_or(Detour::None, |e| self.noted(&e, &routes.nodes[i]));
             self.last = match detour {
-                Detour::None => Last::Direct(conn),
+                Detour::None => Last::Direct(conn, routes.nodes[i].follows.clone()),
                 _ => Last::Unknown,
             };
             replies
@@ -414,6 +458,23 @@ enum Detour {
     /// The command did not run for a passing reason (`ASK`: the slot is being migrated;
     /// `TRYAGAIN`, `LOADING`): it goes through the cluster client, the routes stay.
     Resend,
+}
+
+/// The first pause before a command answered `TRYAGAIN` or `LOADING` is sent again, doubled
+/// each time up to the second.
+const TRY_AGAIN_FIRST: Duration = Duration::from_millis(5);
+const TRY_AGAIN_MAX: Duration = Duration::from_millis(100);
+
+/// Whether a reply says the command did not run, and may once the node is ready (`TRYAGAIN`,
+/// `LOADING`).
+fn is_try_again(reply: &RedisResult<Value>) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as Server};
+    error_of(reply).is_some_and(|e| {
+        matches!(
+            e.kind(),
+            ErrorKind::Server(Server::TryAgain | Server::BusyLoading)
+        )
+    })
 }
 
 /// The error a reply is, whether it came as an error or as an error reply.
@@ -464,7 +525,7 @@ async fn read_routes(
     if has_unknown_host(&reply) {
         if let ConnectionAddr::Tcp(host, port) = table.template.addr() {
             let seed = (host.clone(), *port);
-            if let Some(mut conn) = connect(&table.template, &seed).await {
+            if let Some((mut conn, _)) = connect(&table.template, &seed).await {
                 if let Ok(again) = cmd.query_async(&mut conn).await {
                     reply = again;
                     asked_at = Some(host.as_str());
@@ -492,7 +553,8 @@ async fn read_routes(
                     let at = old.nodes.iter().position(|n| n.addr == addr)?;
                     let node = &old.nodes[at];
                     let conn = node.conn.clone()?;
-                    (!node.left_out.load(Ordering::Relaxed)).then_some((at, conn))
+                    (!node.left_out.load(Ordering::Relaxed))
+                        .then(|| (at, (conn, node.follows.clone())))
                 });
                 let conn = match kept {
                     Some((at, conn)) => {
@@ -501,9 +563,14 @@ async fn read_routes(
                     }
                     None => connect(&table.template, &addr).await,
                 };
+                let (conn, follows) = match conn {
+                    Some((conn, follows)) => (Some(conn), follows),
+                    None => (None, Follows::new()),
+                };
                 routes.nodes.push(Node {
                     addr,
                     conn,
+                    follows,
                     left_out: AtomicBool::new(false),
                 });
                 routes.nodes.len() - 1
@@ -584,21 +651,59 @@ fn slot_range(range: &Value, asked_at: Option<&str>) -> Option<(usize, usize, (S
 /// A connection to the node at `addr`, with the seed's settings, its driver on the calling
 /// runtime; `None` when it cannot be opened (its slots then go through the cluster client), or
 /// when the seed is not a plain TCP address (TLS, a socket): direct routing is only for those.
-async fn connect(template: &ConnectionInfo, addr: &(String, u16)) -> Option<MultiplexedConnection> {
+/// It speaks RESP3, with Redis tracking the follow marks it reads after `CLIENT CACHING yes`
+/// (`CLIENT TRACKING ON OPTIN`; without it, its writes publish every commit): see
+/// `follows.rs`.
+async fn connect(
+    template: &ConnectionInfo,
+    addr: &(String, u16),
+) -> Option<(MultiplexedConnection, Arc<Follows>)> {
     if !matches!(template.addr(), ConnectionAddr::Tcp(..)) {
         return None;
     }
+    let settings = template
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
     let info = template
         .clone()
-        .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
+        .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1))
+        .set_redis_settings(settings);
+    let follows = Follows::new();
+    let pushed = follows.clone();
+    // Called on the connection's driver as each push arrives, before the frames after it.
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_push_sender(move |push: redis::PushInfo| {
+            pushed.pushed(&push);
+            Ok::<(), std::convert::Infallible>(())
+        });
     let client = Client::open(info).ok()?;
-    client
+    let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .ok()
+        .ok()?;
+    let tracking: RedisResult<()> = redis::cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .arg("OPTIN")
+        .query_async(&mut conn)
+        .await;
+    match tracking {
+        Ok(()) => follows.tracking(),
+        Err(e) => {
+            tracing::debug!(kind = ?e.kind(), "a Redis node does not track reads; writes to its slots publish every commit");
+        }
+    }
+    Some((conn, follows))
+}
+
+/// Whether `cmd` is `CLIENT CACHING …` (it has no key: it goes with the read after it).
+fn is_client_caching(cmd: &Cmd) -> bool {
+    let mut args = cmd.args_iter();
+    let is = |arg: Option<Arg<&[u8]>>, name: &[u8]| matches!(arg, Some(Arg::Simple(a)) if a.eq_ignore_ascii_case(name));
+    is(args.next(), b"CLIENT") && is(args.next(), b"CACHING")
 }
 
 /// The key `cmd` is about, when it is one this module routes: a script's first key (every key
