@@ -32,7 +32,6 @@ mod clock;
 mod codec_tests;
 mod conn;
 mod direct;
-mod follows;
 mod limits;
 mod live;
 mod requests;

@@ -181,8 +181,8 @@ fn timed_set_plan(
 
 /// A write that reaches a session mid-migration, when its log has moved to the new primary and
 /// its other keys (request markers, never written) are on neither: the new primary answers
-/// the append script `TRYAGAIN` until the slot is its own. The write waits for that, within
-/// the response timeout (2 s), and commits once. (The cluster client's own retry waits 1.28 s
+/// the append script `TRYAGAIN` until the slot is its own. The write waits for that (1.4 s
+/// here), within the response timeout (2 s), and commits once. (The cluster client's own retry waits 1.28 s
 /// before it asks again, and gives up after the second `TRYAGAIN`: a move that took longer
 /// than that failed the write.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +194,9 @@ async fn a_write_during_a_slot_migration_waits_for_it_to_finish_and_commits_once
     assert!(app.set_plan(&sid, "main", true).await.status.is_success());
     let moving = cluster.begin_move(&redis.key(&sid)).await;
     let writer = timed_set_plan(&app, &sid, false);
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Past the cluster client's retry (1.28 s after its first TRYAGAIN), well within the 2 s
+    // timeout.
+    tokio::time::sleep(Duration::from_millis(1_400)).await;
     assert!(!writer.is_finished(), "the write did not wait for the move");
     cluster.finish_move(&moving).await;
     let (reply, took) = writer.await.unwrap();

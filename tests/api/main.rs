@@ -16,7 +16,6 @@ mod deltas;
 mod errors;
 mod failover;
 mod fanout;
-mod follow;
 mod frames;
 mod group;
 mod guard;

@@ -258,23 +258,13 @@ impl RedisLog {
         stream_id(&mut read, expected.seq);
         stream_id(&mut read, expected.seq);
         let refresh = refresh_due(expected.ts, ms, ttl_ms).then(|| self.session_keys(sid));
-        let mut pipe = redis::Pipeline::with_capacity(4 + refresh.as_ref().map_or(0, Vec::len));
+        let mut pipe = redis::Pipeline::with_capacity(2 + refresh.as_ref().map_or(0, Vec::len));
         pipe.add_command(add).add_command(read);
         for k in refresh.into_iter().flatten() {
             match ttl_ms {
                 0 => pipe.cmd("PERSIST").arg(k),
                 ttl => pipe.cmd("PEXPIRE").arg(k).arg(ttl),
             };
-        }
-        // Whether the commit has anyone to reach (see `follows.rs`): known on the connection
-        // it goes on, or read there after the `XADD`, tracked.
-        let mark = self.follow_mark(sid);
-        let tracker = conn.tracker(&mark);
-        let known = tracker.as_ref().and_then(|t| t.known(mark.as_bytes()));
-        let reads_mark = known.is_some_and(|k| k.followed.is_none());
-        if reads_mark {
-            pipe.cmd("CLIENT").arg("CACHING").arg("yes");
-            pipe.cmd("GET").arg(&mark);
         }
         // A lost connection is an error, as for the script: the `XADD` may have run, and only
         // a keyed request can learn whether it did (the script, asked now, would take this
@@ -284,29 +274,8 @@ impl RedisLog {
             .await
             .map_err(|e| self.failed(e))?;
         let (added, read) = match replies.as_slice() {
-            [added, read, ..] if replies.len() == pipe.len() => (added, read),
+            [added, read, ..] => (added, read),
             _ => return Err(corrupt(sid.as_str(), "a direct append's reply is short")),
-        };
-        // Unsure is followed: a mark read elsewhere than its tracker (the routes changed), or
-        // forgotten since (an invalidation came before the reply).
-        let tracked = tracker.filter(|t| conn.went_on(t));
-        let followed = match (reads_mark, replies.last()) {
-            (true, Some(Value::Nil)) => {
-                if let (Some(t), Some(known)) = (&tracked, known) {
-                    t.learn(mark.as_bytes(), false, known);
-                }
-                false
-            }
-            (true, Some(Value::BulkString(_))) => {
-                if let (Some(t), Some(known)) = (&tracked, known) {
-                    t.learn(mark.as_bytes(), true, known);
-                }
-                true
-            }
-            (true, _) => true,
-            (false, _) => tracked
-                .and_then(|t| t.known(mark.as_bytes())?.followed)
-                .unwrap_or(true),
         };
         match added {
             Value::BulkString(_) | Value::SimpleString(_) => {}
@@ -352,18 +321,16 @@ impl RedisLog {
         // Sent, not waited for: the connection keeps it before anything the caller sends next
         // (the session's next append), and a subscriber that misses it (its connection lost)
         // reads the gap from the log when the next message comes. The write is done: a failure
-        // here is not the caller's. Not sent at all when nobody follows the session.
-        if followed {
-            let channel = self.live_channel(sid);
-            let mut publish =
-                redis::Cmd::with_capacity(3, channel.len() + head.len() + tail.len() + 48);
-            publish.arg(self.publish_command()).arg(channel);
-            // The message is `head`, the commit time, `tail`, written as one argument.
-            let _ = write!(publish.writer_for_next_arg(), "{head}{ms}{tail}");
-            publish.set_no_response(true);
-            if let Err(e) = conn.req_packed_command(&publish).await {
-                tracing::warn!(session = %sid, kind = ?e.kind(), "a committed write's live message could not be sent; subscribers read it from the log with the next one");
-            }
+        // here is not the caller's.
+        let channel = self.live_channel(sid);
+        let mut publish =
+            redis::Cmd::with_capacity(3, channel.len() + head.len() + tail.len() + 48);
+        publish.arg(self.publish_command()).arg(channel);
+        // The message is `head`, the commit time, `tail`, written as one argument.
+        let _ = write!(publish.writer_for_next_arg(), "{head}{ms}{tail}");
+        publish.set_no_response(true);
+        if let Err(e) = conn.req_packed_command(&publish).await {
+            tracing::warn!(session = %sid, kind = ?e.kind(), "a committed write's live message could not be sent; subscribers read it from the log with the next one");
         }
         replicated?;
         Ok(Some(Append::Committed(stamp(

@@ -33,7 +33,6 @@ use redis::{
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::direct::{Last, Routed};
-use super::follows::Follows;
 
 /// Redis answers a command within this or the request fails with 503.
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -312,7 +311,7 @@ impl Conn {
         let cluster = match &mut self.link {
             Link::Single(conn) => return cmd.query_async(conn).await,
             Link::Routed(conn) => match conn.last() {
-                Last::Direct(direct, _) => return cmd.query_async(direct).await,
+                Last::Direct(direct) => return cmd.query_async(direct).await,
                 Last::Unknown => return Ok(0),
                 Last::Cluster => &mut conn.cluster,
             },
@@ -322,27 +321,6 @@ impl Conn {
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
         let reply = cluster.route_command(cmd, routing).await?;
         redis::from_redis_value(reply).map_err(Into::into)
-    }
-
-    /// What the node connection a write for `key` would go on directly knows of follow marks
-    /// (`follows.rs`): `None` on one node, or when it would not go directly, or its reads are
-    /// not tracked.
-    pub(super) fn tracker(&self, key: &str) -> Option<Arc<Follows>> {
-        match &self.link {
-            Link::Routed(conn) => conn.tracker(key),
-            Link::Single(_) | Link::Cluster(_) => None,
-        }
-    }
-
-    /// Whether the last command (or pipeline) went directly on the connection `follows`
-    /// belongs to.
-    pub(super) fn went_on(&mut self, follows: &Arc<Follows>) -> bool {
-        match &mut self.link {
-            Link::Routed(conn) => {
-                matches!(conn.last(), Last::Direct(_, went) if Arc::ptr_eq(went, follows))
-            }
-            Link::Single(_) | Link::Cluster(_) => false,
-        }
     }
 
     /// Subscribes to a session's live channel: a shard channel on a cluster.

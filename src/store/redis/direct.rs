@@ -10,8 +10,8 @@
 //! (see [`first_key`]), pipelines but those whose commands all have such keys in one slot,
 //! `WAIT` after a write that went through it, subscriptions, and a command whose direct attempt
 //! met what the cluster client would also send again (see [`Detour`]): an error reply saying
-//! the command did not run there (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`,
-//! `MASTERDOWN`, `READONLY`), or a connection that was
+//! the command did not run there (`MOVED`, `ASK` naming a node not among the routes,
+//! `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`), or a connection that was
 //! lost or refused (the command may have run: the cluster client, too, sends such a command
 //! again). A timed-out command is not sent again (it may still run; the cluster client does not
 //! resend one either): its error is the caller's, within the same response timeout. After a
@@ -19,10 +19,14 @@
 //! `MASTERDOWN` or `READONLY` the routes are read again (`CLUSTER SLOTS`, at most once a
 //! second while commands fall back), so a failover or a moved slot costs a detour, not a
 //! failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
-//! only detour that one command. `ASK` is followed here when it names a primary of the routes
+//! leave the routes as they are. `ASK` is followed here when it names a primary of the routes
 //! (`ASKING` and the command on that node's connection), so a `WAIT` can follow the write to
 //! the node that took it; a write with a key that the cluster client carried is taken as
-//! acknowledged by no replica (see [`Last::Unknown`]).
+//! acknowledged by no replica (see [`Last::Unknown`]). A command answered `TRYAGAIN` or
+//! `LOADING` (directly, or after `ASK`) is sent again here, from the routes, after a pause of
+//! 5 ms doubled up to 100 ms, each time within what is left of the response timeout: the
+//! cluster client waits 1.28 s before it asks again and gives up after a second refusal, which
+//! failed writes to a session whose slot took longer than that to move.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -36,7 +40,6 @@ use redis::{
 };
 
 use super::conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
-use super::follows::Follows;
 
 /// Hash slots of a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -79,8 +82,8 @@ pub(super) enum Last {
     #[default]
     Cluster,
     /// Straight to a primary, on this connection (a `WAIT` follows it on the same connection:
-    /// it covers what that connection wrote), which knows these follow marks.
-    Direct(MultiplexedConnection, Arc<Follows>),
+    /// it covers what that connection wrote).
+    Direct(MultiplexedConnection),
     /// A command with a key that the cluster client carried: its slot had no usable route, or
     /// the direct attempt met a redirection (other than an `ASK` followed here), a lost
     /// connection or a failing cluster. The cluster client may have followed `ASK` to a node
@@ -112,8 +115,6 @@ struct Node {
     addr: (String, u16),
     /// `None`: not reachable when the routes were read.
     conn: Option<MultiplexedConnection>,
-    /// What `conn` knows of follow marks.
-    follows: Arc<Follows>,
     /// Set when a command sent to it met a lost connection or a timeout: its slots go through
     /// the cluster client until the routes are read again (which opens a new connection).
     left_out: AtomicBool,
@@ -160,11 +161,7 @@ impl Routed {
         &self,
         pipeline: &Pipeline,
     ) -> Result<(MultiplexedConnection, Arc<Routes>, usize), bool> {
-        // `CLIENT CACHING yes` goes with the read after it, wherever that goes.
-        let mut slots = pipeline
-            .cmd_iter()
-            .filter(|cmd| !is_client_caching(cmd))
-            .map(|cmd| first_key(cmd).map(key_slot));
+        let mut slots = pipeline.cmd_iter().map(|cmd| first_key(cmd).map(key_slot));
         let slot = slots.next().flatten().ok_or(false)?;
         if !slots.all(|s| s == Some(slot)) {
             return Err(false);
@@ -184,14 +181,6 @@ impl Routed {
             Some(conn) if !node.left_out.load(Ordering::Relaxed) => Ok((conn.clone(), routes, i)),
             _ => Err(true),
         }
-    }
-
-    /// What the connection a write for `key` would go on directly knows of follow marks:
-    /// `None` when it would not go directly, or Redis does not track that connection's reads.
-    pub(super) fn tracker(&self, key: &str) -> Option<Arc<Follows>> {
-        let (_, routes, i) = self.route(key_slot(key.as_bytes())).ok()?;
-        let follows = &routes.nodes[i].follows;
-        follows.known(b"").map(|_| follows.clone())
     }
 
     /// Reads the routes again in the background, unless that is under way or was done less
@@ -264,7 +253,7 @@ impl Routed {
         };
         match self.noted(&reply, node) {
             Detour::None => {
-                self.last = Last::Direct(conn, node.follows.clone());
+                self.last = Last::Direct(conn);
                 Some(reply)
             }
             Detour::LeaveOut => Some(reply),
@@ -328,12 +317,24 @@ impl ConnectionLike for Routed {
                     }
                     Err(false) => break,
                 };
-                let reply = conn.req_packed_command(cmd).await;
+                // A command sent again gets what is left of the response timeout.
+                let reply = if attempted {
+                    let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
+                    match tokio::time::timeout(left, conn.req_packed_command(cmd)).await {
+                        Ok(reply) => reply,
+                        Err(_) => {
+                            self.last = Last::Unknown;
+                            return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+                        }
+                    }
+                } else {
+                    conn.req_packed_command(cmd).await
+                };
                 attempted = true;
                 let detour = self.noted(&reply, &routes.nodes[i]);
                 let reply = match detour {
                     Detour::None => {
-                        self.last = Last::Direct(conn, routes.nodes[i].follows.clone());
+                        self.last = Last::Direct(conn);
                         return reply;
                     }
                     Detour::LeaveOut => return reply,
@@ -428,7 +429,7 @@ impl ConnectionLike for Routed {
             };
             let detour = first_error.map_or(Detour::None, |e| self.noted(&e, &routes.nodes[i]));
             self.last = match detour {
-                Detour::None => Last::Direct(conn, routes.nodes[i].follows.clone()),
+                Detour::None => Last::Direct(conn),
                 _ => Last::Unknown,
             };
             replies
@@ -456,12 +457,13 @@ enum Detour {
     /// command goes through the cluster client.
     Reroute,
     /// The command did not run for a passing reason (`ASK`: the slot is being migrated;
-    /// `TRYAGAIN`, `LOADING`): it goes through the cluster client, the routes stay.
+    /// `TRYAGAIN`, `LOADING`): `ASK` is followed, `TRYAGAIN` and `LOADING` are sent again after
+    /// a pause (both within the response timeout), the routes stay.
     Resend,
 }
 
-/// The first pause before a command answered `TRYAGAIN` or `LOADING` is sent again, doubled
-/// each time up to the second.
+/// The first pause before a command answered `TRYAGAIN` or `LOADING` is sent again, and the
+/// longest: the pause doubles from the first up to it.
 const TRY_AGAIN_FIRST: Duration = Duration::from_millis(5);
 const TRY_AGAIN_MAX: Duration = Duration::from_millis(100);
 
@@ -525,7 +527,7 @@ async fn read_routes(
     if has_unknown_host(&reply) {
         if let ConnectionAddr::Tcp(host, port) = table.template.addr() {
             let seed = (host.clone(), *port);
-            if let Some((mut conn, _)) = connect(&table.template, &seed).await {
+            if let Some(mut conn) = connect(&table.template, &seed).await {
                 if let Ok(again) = cmd.query_async(&mut conn).await {
                     reply = again;
                     asked_at = Some(host.as_str());
@@ -553,8 +555,7 @@ async fn read_routes(
                     let at = old.nodes.iter().position(|n| n.addr == addr)?;
                     let node = &old.nodes[at];
                     let conn = node.conn.clone()?;
-                    (!node.left_out.load(Ordering::Relaxed))
-                        .then(|| (at, (conn, node.follows.clone())))
+                    (!node.left_out.load(Ordering::Relaxed)).then_some((at, conn))
                 });
                 let conn = match kept {
                     Some((at, conn)) => {
@@ -563,14 +564,9 @@ async fn read_routes(
                     }
                     None => connect(&table.template, &addr).await,
                 };
-                let (conn, follows) = match conn {
-                    Some((conn, follows)) => (Some(conn), follows),
-                    None => (None, Follows::new()),
-                };
                 routes.nodes.push(Node {
                     addr,
                     conn,
-                    follows,
                     left_out: AtomicBool::new(false),
                 });
                 routes.nodes.len() - 1
@@ -651,59 +647,21 @@ fn slot_range(range: &Value, asked_at: Option<&str>) -> Option<(usize, usize, (S
 /// A connection to the node at `addr`, with the seed's settings, its driver on the calling
 /// runtime; `None` when it cannot be opened (its slots then go through the cluster client), or
 /// when the seed is not a plain TCP address (TLS, a socket): direct routing is only for those.
-/// It speaks RESP3, with Redis tracking the follow marks it reads after `CLIENT CACHING yes`
-/// (`CLIENT TRACKING ON OPTIN`; without it, its writes publish every commit): see
-/// `follows.rs`.
-async fn connect(
-    template: &ConnectionInfo,
-    addr: &(String, u16),
-) -> Option<(MultiplexedConnection, Arc<Follows>)> {
+async fn connect(template: &ConnectionInfo, addr: &(String, u16)) -> Option<MultiplexedConnection> {
     if !matches!(template.addr(), ConnectionAddr::Tcp(..)) {
         return None;
     }
-    let settings = template
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
     let info = template
         .clone()
-        .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1))
-        .set_redis_settings(settings);
-    let follows = Follows::new();
-    let pushed = follows.clone();
-    // Called on the connection's driver as each push arrives, before the frames after it.
+        .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(RESPONSE_TIMEOUT))
-        .set_push_sender(move |push: redis::PushInfo| {
-            pushed.pushed(&push);
-            Ok::<(), std::convert::Infallible>(())
-        });
+        .set_response_timeout(Some(RESPONSE_TIMEOUT));
     let client = Client::open(info).ok()?;
-    let mut conn = client
+    client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .ok()?;
-    let tracking: RedisResult<()> = redis::cmd("CLIENT")
-        .arg("TRACKING")
-        .arg("ON")
-        .arg("OPTIN")
-        .query_async(&mut conn)
-        .await;
-    match tracking {
-        Ok(()) => follows.tracking(),
-        Err(e) => {
-            tracing::debug!(kind = ?e.kind(), "a Redis node does not track reads; writes to its slots publish every commit");
-        }
-    }
-    Some((conn, follows))
-}
-
-/// Whether `cmd` is `CLIENT CACHING …` (it has no key: it goes with the read after it).
-fn is_client_caching(cmd: &Cmd) -> bool {
-    let mut args = cmd.args_iter();
-    let is = |arg: Option<Arg<&[u8]>>, name: &[u8]| matches!(arg, Some(Arg::Simple(a)) if a.eq_ignore_ascii_case(name));
-    is(args.next(), b"CLIENT") && is(args.next(), b"CACHING")
+        .ok()
 }
 
 /// The key `cmd` is about, when it is one this module routes: a script's first key (every key

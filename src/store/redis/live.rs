@@ -25,13 +25,6 @@ use crate::domain::SessionId;
 
 /// How often the subscriber checks its connection (and retries what failed) while it is down.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
-/// A follow mark lapses this long after it was last set (a replica that stops following, or
-/// dies, stops costing writers their live messages then)...
-const MARK_TTL: Duration = Duration::from_secs(30);
-/// ...and is set again this often while the replica follows the session.
-const MARK_EVERY: Duration = Duration::from_secs(10);
-/// Marks set at once while renewing them.
-const MARK_BATCH: usize = 64;
 
 impl RedisLog {
     /// `SPUBLISH` on a cluster (the session's shard channel), `PUBLISH` on one node (see
@@ -47,11 +40,6 @@ impl RedisLog {
     /// The session's live channel: committed events, deltas and its deletion notice.
     pub fn live_channel(&self, sid: &SessionId) -> String {
         super::session_name(&self.prefix, sid, "live")
-    }
-
-    /// The session's follow mark: set while a replica follows the session (see `follows.rs`).
-    pub(super) fn follow_mark(&self, sid: &SessionId) -> String {
-        super::session_name(&self.prefix, sid, "followed")
     }
 }
 
@@ -98,72 +86,9 @@ struct Listener {
     tx: UnboundedSender<LiveMessage>,
 }
 
-/// Sets the follow mark `mark` (see `follows.rs`); `Ok(false)` when it was not there (it had
-/// lapsed, or Redis lost it: a writer may have left commits unpublished meanwhile).
-async fn set_mark(mut conn: Conn, mark: String) -> redis::RedisResult<bool> {
-    let before: Value = redis::cmd("SET")
-        .arg(mark)
-        .arg(1)
-        .arg("PX")
-        .arg(MARK_TTL.as_millis() as u64)
-        .arg("GET")
-        .query_async(&mut conn)
-        .await?;
-    Ok(!matches!(before, Value::Nil))
-}
-
 impl Listener {
     fn channel(&self, sid: &SessionId) -> String {
         super::session_name(&self.prefix, sid, "live")
-    }
-
-    /// On a cluster, where writers publish only to followed sessions: sets the follow marks of
-    /// `sids`, and tells the hub to read the log again for each whose mark had lapsed (or, with
-    /// `all`, for each); a mark that could not be set is left in `unmarked`, to be tried again.
-    /// False once the hub is gone.
-    async fn mark(
-        &self,
-        conn: &Conn,
-        sids: Vec<SessionId>,
-        all: bool,
-        unmarked: &mut HashSet<SessionId>,
-    ) -> bool {
-        if !self.target.is_cluster() {
-            return sids
-                .into_iter()
-                .all(|sid| !all || self.tx.send(LiveMessage::Watching { sid }).is_ok());
-        }
-        for batch in sids.chunks(MARK_BATCH) {
-            let marks = batch.iter().map(|sid| {
-                set_mark(
-                    conn.clone(),
-                    super::session_name(&self.prefix, sid, "followed"),
-                )
-            });
-            let results = futures_util::future::join_all(marks).await;
-            for (sid, result) in batch.iter().zip(results) {
-                let reread = match result {
-                    Ok(was_set) => {
-                        unmarked.remove(sid);
-                        all || !was_set
-                    }
-                    Err(e) => {
-                        tracing::warn!(kind = ?e.kind(), "a session's follow mark could not be set; retrying");
-                        unmarked.insert(sid.clone());
-                        all
-                    }
-                };
-                if reread
-                    && self
-                        .tx
-                        .send(LiveMessage::Watching { sid: sid.clone() })
-                        .is_err()
-                {
-                    return false;
-                }
-            }
-        }
-        true
     }
 
     async fn connect(&self, pushes: UnboundedSender<PushInfo>) -> Option<Conn> {
@@ -189,13 +114,9 @@ impl Listener {
         // What the hub wants, and what is yet to be (un)subscribed after a failure.
         let mut watched: HashSet<SessionId> = HashSet::new();
         let mut retry: Vec<Watch> = Vec::new();
-        // Watched sessions whose follow mark is yet to be set after a failure.
-        let mut unmarked: HashSet<SessionId> = HashSet::new();
         let mut down = false;
         let mut tick = tokio::time::interval(RETRY_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut renew = tokio::time::interval(MARK_EVERY);
-        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 watch = watches.recv() => {
@@ -212,34 +133,15 @@ impl Listener {
                     let Some(push) = push else { return };
                     if push.kind == PushKind::Disconnection {
                         down = true;
-                    } else if let Some(sid) = self.confirmed(&push) {
-                        // Subscribed (or subscribed again after a reconnect or a failover):
-                        // the mark is set before the hub reads the log.
-                        if !self.mark(&conn, vec![sid], true, &mut unmarked).await {
-                            return;
-                        }
                     } else if !self.deliver(push) {
                         return;
                     }
                 }
-                _ = renew.tick(), if self.target.is_cluster() => {
-                    let sids = watched.iter().cloned().collect();
-                    if !self.mark(&conn, sids, false, &mut unmarked).await {
-                        return;
-                    }
-                }
-                _ = tick.tick(), if down || !retry.is_empty() || !unmarked.is_empty() => {
+                _ = tick.tick(), if down || !retry.is_empty() => {
                     // A command makes the client reconnect (and resubscribe) once Redis is back.
                     let ping: redis::RedisResult<Value> = redis::cmd("PING").query_async(&mut conn).await;
                     if ping.is_ok() {
                         down = false;
-                        let sids = std::mem::take(&mut unmarked)
-                            .into_iter()
-                            .filter(|s| watched.contains(s))
-                            .collect();
-                        if !self.mark(&conn, sids, true, &mut unmarked).await {
-                            return;
-                        }
                         let pending = std::mem::take(&mut retry);
                         for watch in pending {
                             // Only what the hub still wants (or still does not).
@@ -269,23 +171,20 @@ impl Listener {
         result.is_ok()
     }
 
-    /// The session a push confirms a subscription to.
-    fn confirmed(&self, push: &PushInfo) -> Option<SessionId> {
-        match (&push.kind, push.data.first()) {
-            (PushKind::Subscribe | PushKind::SSubscribe, Some(Value::BulkString(channel))) => {
-                channel_session(&self.prefix, channel)
-            }
-            _ => None,
-        }
-    }
-
     /// Hands a push to the hub; false once the hub is gone.
     fn deliver(&self, push: PushInfo) -> bool {
+        let channel = match push.data.first() {
+            Some(Value::BulkString(name)) => name.as_slice(),
+            _ => return true,
+        };
         let msg = match push.kind {
             PushKind::Message | PushKind::SMessage => match push.data.get(1) {
                 Some(Value::BulkString(payload)) => wire::decode(payload),
                 _ => None,
             },
+            PushKind::Subscribe | PushKind::SSubscribe => {
+                channel_session(&self.prefix, channel).map(|sid| LiveMessage::Watching { sid })
+            }
             _ => None,
         };
         match msg {
