@@ -15,7 +15,8 @@
 //! lost or refused (the command may have run: the cluster client, too, sends such a command
 //! again). A timed-out command is not sent again (it may still run; the cluster client does not
 //! resend one either): its error is the caller's, within the same response timeout. After a
-//! lost connection or a timeout the node is left out, and after those, `MOVED`, `CLUSTERDOWN`,
+//! lost connection or a timeout of the node's connection (not one of what was left of the
+//! caller's timeout, for a resend or an `ASK` followed late) the node is left out, and after those, `MOVED`, `CLUSTERDOWN`,
 //! `MASTERDOWN` or `READONLY` the routes are read again (`CLUSTER SLOTS`, at most once a
 //! second while commands fall back), so a failover or a moved slot costs a detour, not a
 //! failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
@@ -89,7 +90,9 @@ pub(super) enum Last {
     /// connection or a failing cluster. The cluster client may have followed `ASK` to a node
     /// without changing its routes, so a `WAIT` routed by the key could reach a node that never
     /// had the write and acknowledge it at once: no replica is taken as having acknowledged
-    /// it.
+    /// it. Also a command that failed here without a reply to go by: one that met `TRYAGAIN`
+    /// or `LOADING` until the response timeout was nearly over, or whose resend (or `ASK`
+    /// followed late) ran out of it.
     Unknown,
 }
 
@@ -249,7 +252,14 @@ impl Routed {
             Ok(Ok(mut replies)) if replies.len() == 1 => Ok(replies.remove(0)),
             Ok(Ok(_)) => return None,
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+            // What was left of the caller's timeout ran out (the node's own is longer): the
+            // command may still run; the node is not left out for it.
+            Err(_) => {
+                self.last = Last::Unknown;
+                return Some(Err(
+                    std::io::Error::from(std::io::ErrorKind::TimedOut).into()
+                ));
+            }
         };
         match self.noted(&reply, node) {
             Detour::None => {
@@ -363,8 +373,10 @@ impl ConnectionLike for Routed {
                 // of a slot being migrated, or the one it was asked on lacks some) or `LOADING`:
                 // the command did not run. Sent again after a pause, from the routes, while the
                 // response timeout allows (the cluster client would wait over a second first).
+                // Not sent again with less than `TRY_AGAIN_LEFT` left after the pause: a resend
+                // that times out may have run, where this refusal says it did not.
                 let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
-                if left <= pause {
+                if left < pause + TRY_AGAIN_LEFT {
                     self.last = Last::Unknown;
                     return reply;
                 }
@@ -466,6 +478,8 @@ enum Detour {
 /// longest: the pause doubles from the first up to it.
 const TRY_AGAIN_FIRST: Duration = Duration::from_millis(5);
 const TRY_AGAIN_MAX: Duration = Duration::from_millis(100);
+/// A resend needs at least this much of the response timeout left after its pause.
+const TRY_AGAIN_LEFT: Duration = Duration::from_millis(20);
 
 /// Whether a reply says the command did not run, and may once the node is ready (`TRYAGAIN`,
 /// `LOADING`).

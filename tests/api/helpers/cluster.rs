@@ -218,7 +218,17 @@ impl TestCluster {
     /// too, and the slot is given to the target on every primary.
     pub async fn finish_move(&self, moving: &SlotMove) {
         migrate_keys(moving).await;
-        for port in &moving.masters {
+        // The target first, then the source, then the rest (as `redis-cli --cluster` does):
+        // the other way round, for a moment each node sends the slot's commands to the other
+        // with `MOVED`.
+        let mut order = vec![moving.to, moving.from];
+        order.extend(
+            moving
+                .masters
+                .iter()
+                .filter(|p| **p != moving.to && **p != moving.from),
+        );
+        for port in &order {
             let _: () = setslot(moving.slot, "NODE", &moving.to_id)
                 .query_async(&mut node(*port).await)
                 .await
