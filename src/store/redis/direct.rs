@@ -16,7 +16,7 @@
 //! again). A timed-out command is not sent again (it may still run; the cluster client does not
 //! resend one either): its error is the caller's, within the same response timeout. After a
 //! lost connection or a timeout of the node's connection (not one of what was left of the
-//! caller's timeout, for a resend or an `ASK` followed late) the node is left out, and after those, `MOVED`, `CLUSTERDOWN`,
+//! caller's timeout, which bounds a resend and every `ASK` followed) the node is left out, and after those, `MOVED`, `CLUSTERDOWN`,
 //! `MASTERDOWN` or `READONLY` the routes are read again (`CLUSTER SLOTS`, at most once a
 //! second while commands fall back), so a failover or a moved slot costs a detour, not a
 //! failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
@@ -266,7 +266,10 @@ impl Routed {
                 self.last = Last::Direct(conn);
                 Some(reply)
             }
-            Detour::LeaveOut => Some(reply),
+            Detour::LeaveOut => {
+                self.last = Last::Unknown;
+                Some(reply)
+            }
             // The caller sends it again after a pause.
             Detour::Resend if is_try_again(&reply) => Some(reply),
             Detour::LeaveOutAndResend | Detour::Reroute | Detour::Resend => None,
@@ -347,13 +350,21 @@ impl ConnectionLike for Routed {
                         self.last = Last::Direct(conn);
                         return reply;
                     }
-                    Detour::LeaveOut => return reply,
+                    Detour::LeaveOut => {
+                        self.last = Last::Unknown;
+                        return reply;
+                    }
                     Detour::LeaveOutAndResend | Detour::Reroute => {
                         self.last = Last::Unknown;
                         break;
                     }
                     Detour::Resend => {
                         let left = RESPONSE_TIMEOUT.saturating_sub(started.elapsed());
+                        if left < TRY_AGAIN_LEFT {
+                            // Too little left to send it anywhere: it did not run.
+                            self.last = Last::Unknown;
+                            return reply;
+                        }
                         let asked = match error_of(&reply) {
                             Some(e) => self.follow_ask(&e, cmd, &routes, left).await,
                             None => None,
@@ -478,7 +489,7 @@ enum Detour {
 /// longest: the pause doubles from the first up to it.
 const TRY_AGAIN_FIRST: Duration = Duration::from_millis(5);
 const TRY_AGAIN_MAX: Duration = Duration::from_millis(100);
-/// A resend needs at least this much of the response timeout left after its pause.
+/// A resend, or an `ASK` followed, needs at least this much of the response timeout left.
 const TRY_AGAIN_LEFT: Duration = Duration::from_millis(20);
 
 /// Whether a reply says the command did not run, and may once the node is ready (`TRYAGAIN`,
