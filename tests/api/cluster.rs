@@ -182,9 +182,9 @@ fn timed_set_plan(
 /// A write that reaches a session mid-migration, when its log has moved to the new primary and
 /// its other keys (request markers, never written) are on neither: the new primary answers
 /// the append script `TRYAGAIN` until the slot is its own. The write waits for that (1.4 s
-/// here), within the response timeout (2 s), and commits once. (The cluster client's own retry waits 1.28 s
-/// before it asks again, and gives up after the second `TRYAGAIN`: a move that took longer
-/// than that failed the write.)
+/// here), within the response timeout (2 s), and commits once. (The cluster client's own
+/// retry waits 1.28 s before it asks again, and gives up after the second `TRYAGAIN`: a move
+/// that took longer than that failed the write.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_during_a_slot_migration_waits_for_it_to_finish_and_commits_once() {
     let cluster = TestCluster::start(3, 0, 30_000).await;

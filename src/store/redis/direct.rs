@@ -16,10 +16,10 @@
 //! again). A timed-out command is not sent again (it may still run; the cluster client does not
 //! resend one either): its error is the caller's, within the same response timeout. After a
 //! lost connection or a timeout of the node's connection (not one of what was left of the
-//! caller's timeout, which bounds a resend and every `ASK` followed) the node is left out, and after those, `MOVED`, `CLUSTERDOWN`,
-//! `MASTERDOWN` or `READONLY` the routes are read again (`CLUSTER SLOTS`, at most once a
-//! second while commands fall back), so a failover or a moved slot costs a detour, not a
-//! failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
+//! caller's timeout, which bounds a resend and every `ASK` followed) the node is left out, and
+//! after those, `MOVED`, `CLUSTERDOWN`, `MASTERDOWN` or `READONLY` the routes are read again
+//! (`CLUSTER SLOTS`, at most once a second while commands fall back), so a failover or a moved
+//! slot costs a detour, not a failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
 //! leave the routes as they are. `ASK` is followed here when it names a primary of the routes
 //! (`ASKING` and the command on that node's connection), so a `WAIT` can follow the write to
 //! the node that took it; a write with a key that the cluster client carried is taken as
@@ -92,7 +92,7 @@ pub(super) enum Last {
     /// had the write and acknowledge it at once: no replica is taken as having acknowledged
     /// it. Also a command that failed here without a reply to go by: one that met `TRYAGAIN`
     /// or `LOADING` until the response timeout was nearly over, or whose resend (or `ASK`
-    /// followed late) ran out of it.
+    /// followed) ran out of it.
     Unknown,
 }
 
@@ -256,9 +256,7 @@ impl Routed {
             // command may still run; the node is not left out for it.
             Err(_) => {
                 self.last = Last::Unknown;
-                return Some(Err(
-                    std::io::Error::from(std::io::ErrorKind::TimedOut).into()
-                ));
+                return Some(Err(timed_out()));
             }
         };
         match self.noted(&reply, node) {
@@ -337,7 +335,7 @@ impl ConnectionLike for Routed {
                         Ok(reply) => reply,
                         Err(_) => {
                             self.last = Last::Unknown;
-                            return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+                            return Err(timed_out());
                         }
                     }
                 } else {
@@ -402,7 +400,7 @@ impl ConnectionLike for Routed {
                 return match tokio::time::timeout(left, self.cluster.req_packed_command(cmd)).await
                 {
                     Ok(reply) => reply,
-                    Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+                    Err(_) => Err(timed_out()),
                 };
             }
             self.cluster.req_packed_command(cmd).await
@@ -502,6 +500,11 @@ fn is_try_again(reply: &RedisResult<Value>) -> bool {
             ErrorKind::Server(Server::TryAgain | Server::BusyLoading)
         )
     })
+}
+
+/// The error of a command that ran out of what was left of the caller's response timeout.
+fn timed_out() -> RedisError {
+    std::io::Error::from(std::io::ErrorKind::TimedOut).into()
 }
 
 /// The error a reply is, whether it came as an error or as an error reply.
