@@ -15,7 +15,9 @@
 # A second table says what a request cost each process, in µs of CPU (user + system time from
 # /proc over each wrk run, the median of the rounds): the server under test (user and system
 # apart) and Redis (every node REDIS_URL names that runs on this machine). The share moves
-# with the machine (README, "Benchmarks"): these figures say where.
+# with the machine (README, "Benchmarks"): these figures say where. A third says where Redis's
+# time went: its read events and the commands each server's request sent, with their cost
+# (from every node's INFO, read before and after each run: any Redis REDIS_URL names).
 #
 #   bash k6/bench-ceiling.sh
 #   DURATION=20s ROUNDS=5 CONNECTIONS=64 bash k6/bench-ceiling.sh
@@ -49,17 +51,23 @@ CEIL=http://127.0.0.1:$CPORT
 until curl -sf "$DSH/readyz" >/dev/null; do sleep 0.05; done
 until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
 
-# The Redis processes behind REDIS_URL (the node, or the cluster nodes it names), by their own
-# INFO (`process_id`), for their CPU time: only those that are a redis-server on this machine
-# listening on that port (by its process title), each once; a line on stderr for any other, and
-# "n/a" in the table when none is here. The URL (and any password in it) reaches python and
-# redis-cli through their environment (REDISCLI_AUTH), never their arguments or the output.
+# The Redis nodes behind REDIS_URL (the node, or the cluster nodes it names), asked with
+# redis-cli. `redis_nodes pids`: their processes, by their own INFO (`process_id`), for their
+# CPU time: only those that are a redis-server on this machine listening on that port (by its
+# process title), each once; a line on stderr for any other, and "n/a" in the table when none
+# is here. `redis_nodes stats`: what every node has run so far, summed (INFO's counters, read
+# before and after each wrk run, so nothing is reset on a Redis the caller shares): one line of
+# `COMMAND=calls,µs` and `reads=N` (read events: how many times a node woke to read its
+# clients). The URL (and any password in it) reaches python and redis-cli through their
+# environment (REDISCLI_AUTH), never their arguments or the output.
 need "${REDIS_CLI:-redis-cli}" redis-tools
-redis_pids() {
-  URL=$REDIS_URL CLI=${REDIS_CLI:-redis-cli} python3 - <<'PY'
-import os, re, subprocess, sys, urllib.parse
+redis_nodes() { # pids | stats
+  URL=$REDIS_URL CLI=${REDIS_CLI:-redis-cli} python3 - "$1" <<'PY'
+import collections, os, re, subprocess, sys, urllib.parse
+mode = sys.argv[1]
 def note(what):
-    print("%s: its CPU is not counted" % what, file=sys.stderr)
+    if mode == "pids":
+        print("%s: its CPU is not counted" % what, file=sys.stderr)
 scheme, _, rest = os.environ["URL"].partition("://")
 if "unix" in scheme:
     note("Redis on a unix socket")
@@ -72,6 +80,7 @@ env = dict(os.environb)
 if colon:
     env[b"REDISCLI_AUTH"] = urllib.parse.unquote_to_bytes(password)
 seen = set()
+totals = collections.Counter()
 for h in hosts.split(","):
     if h.startswith("["):
         host, _, port = h[1:].partition("]")
@@ -89,13 +98,27 @@ for h in hosts.split(","):
     if user:
         args += [b"--user", urllib.parse.unquote_to_bytes(user)]
     try:
-        info = subprocess.run(args + [b"info", b"server"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, timeout=5).stdout
+        info = subprocess.run(args + [b"info", b"server" if mode == "pids" else b"all"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=5).stdout
     except OSError:
         note("Redis at %s:%d (no redis-cli to ask it)" % (host, port))
         continue
     except (ValueError, subprocess.SubprocessError):
         info = b""
+    if mode == "stats":
+        # Each node once, by its INFO's `run_id` (a URL may name one node twice).
+        run = re.search(rb"^run_id:(\w+)", info, re.M)
+        if not run or run.group(1) in seen:
+            continue
+        seen.add(run.group(1))
+        for name, calls, usec in re.findall(
+                rb"^cmdstat_(\S+):calls=(\d+),usec=(\d+)", info, re.M):
+            totals[name.decode().upper() + ",calls"] += int(calls)
+            totals[name.decode().upper() + ",usec"] += int(usec)
+        reads = re.search(rb"^total_reads_processed:(\d+)", info, re.M)
+        totals["reads"] += int(reads.group(1)) if reads else 0
+        continue
     pid = re.search(rb"^process_id:(\d+)", info, re.M)
     pid = pid.group(1).decode() if pid else None
     try:
@@ -113,22 +136,35 @@ for h in hosts.split(","):
     elif not here:
         note("Redis at %s:%d is not a redis-server on this machine (or did not answer)"
              % (host, port))
+if mode == "stats" and seen:  # (an empty line when no node answered: "n/a" in the table)
+    cmds = sorted({k.split(",")[0] for k in totals if "," in k})
+    print(" ".join(["%s=%d,%d" % (c, totals[c + ",calls"], totals[c + ",usec"]) for c in cmds]
+                   + ["reads=%d" % totals["reads"]]))
 PY
 }
-mapfile -t RPIDS < <(redis_pids)
+mapfile -t RPIDS < <(redis_nodes pids)
 wait $! # python's status: set -e stops here if it failed
 ticks() { # pid... -> "user system" clock ticks, summed
   for p in "$@"; do cat "/proc/$p/stat"; done | sed 's/^.*) //' | awk '{u += $12; s += $13} END {print u + 0, s + 0}'
 }
 
-rps() { # base sessions server-pid -> "req/s requests user system redis" (CPU in clock ticks)
-  local before rbefore out after rafter
+# What Redis ran during each wrk run, a line per run in $STATS/<load>.<server>: the run's
+# requests, then `redis_nodes stats` before and after it (read outside the CPU window), apart
+# by tabs (a subcommand's name holds `|`: `SCRIPT|LOAD`).
+STATS=$(mktemp -d)
+trap 'cleanup; rm -rf "$STATS"' EXIT
+
+rps() { # base sessions server-pid stats-file -> "req/s requests user system redis" (CPU in clock ticks)
+  local before rbefore out after rafter sbefore
+  sbefore=$(redis_nodes stats)
   before=$(ticks "$3")
   rbefore=$(ticks ${RPIDS[@]+"${RPIDS[@]}"})
   # Inside $(…) `set -e` does not hold: a wrk that fails stops the benchmark from here.
   out=$(SESSIONS=$2 MODE=put wrk -t2 -c"$CONNECTIONS" -d"$DURATION" -s k6/wrk/plan.lua "$1") || return
   after=$(ticks "$3")
   rafter=$(ticks ${RPIDS[@]+"${RPIDS[@]}"})
+  printf '%s\t%s\t%s\n' "$(echo "$out" | awk '/ requests in / {print $1}')" "$sbefore" \
+    "$(redis_nodes stats)" >>"$4"
   echo "$out" | awk -v b="$before" -v a="$after" -v rb="$rbefore" -v ra="$rafter" '
     /Requests\/sec/ {n = int($2)} / requests in / {r = $1}
     END {split(b, x, " "); split(a, y, " "); split(rb, p, " "); split(ra, q, " ");
@@ -145,11 +181,11 @@ for what in one many; do
   pairs=()
   for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) = 1 ]; then
-      d=$(rps "$DSH" "$sessions" "$DPID")
-      c=$(rps "$CEIL" "$sessions" "$CPID")
+      d=$(rps "$DSH" "$sessions" "$DPID" "$STATS/$what.dsh")
+      c=$(rps "$CEIL" "$sessions" "$CPID" "$STATS/$what.ceiling")
     else
-      c=$(rps "$CEIL" "$sessions" "$CPID")
-      d=$(rps "$DSH" "$sessions" "$DPID")
+      c=$(rps "$CEIL" "$sessions" "$CPID" "$STATS/$what.ceiling")
+      d=$(rps "$DSH" "$sessions" "$DPID" "$STATS/$what.dsh")
     fi
     pairs+=("${d%% *}:${c%% *}")
     costs+=("$label:${d// /,}:${c// /,}")
@@ -183,4 +219,55 @@ for label in dict.fromkeys(r.split(":")[0] for r in runs):
         total, u, s, r = (statistics.median(x) for x in zip(*((c[0] + c[1], *c) for c in costs)))
         cols += [f"{total:.1f} ({u:.1f} + {s:.1f})", f"{r:.1f}" if nodes else "n/a"]
     print(f"| {label} | {cols[0]} | {cols[1]} | {cols[2]} | {cols[3]} |")
+PY
+echo
+# Where Redis's time went: its read events a request (INFO's `total_reads_processed`: each a
+# read of what one client sent, so the fewer, the more commands each carries), the time its
+# commands ran a request, and the commands a request sent (calls a request × µs a call, the
+# most costly first; a command under 0.01 a request left out; a script's own calls counted
+# too). The times are INFO's `usec`: wall time, which counts the moments a node is preempted by
+# the other processes on the machine, so under this load they exceed what the same command
+# costs on a quiet node; the calls and reads are counts. Medians of the rounds.
+echo "| load (Redis, medians of rounds) | server | read events a request | commands' µs a request (wall) | commands a request (calls × wall µs each) |"
+echo "|---|---|---|---|---|"
+python3 - "$STATS" "$SPREAD" <<'PY'
+import os, statistics, sys
+root, spread = sys.argv[1], sys.argv[2]
+def parse(line):  # "COMMAND=calls,usec ... reads=N" -> {command: (calls, usec)}, reads
+    cmds, reads = {}, 0
+    for item in line.split():
+        name, _, value = item.partition("=")
+        if name == "reads":
+            reads = int(value)
+        else:
+            calls, usec = value.split(",")
+            cmds[name] = (int(calls), int(usec))
+    return cmds, reads
+for what, label in (("one", "one hot session"), ("many", "%s sessions" % spread)):
+    for server, name in (("dsh", "dsh-plan"), ("ceiling", "bare actix + XADD")):
+        path = os.path.join(root, "%s.%s" % (what, server))
+        if not os.path.exists(path):
+            continue
+        rounds = []
+        for line in open(path):
+            reqs, before, after = line.rstrip("\n").split("\t")
+            if not reqs or int(reqs) == 0 or not before or not after:
+                continue
+            (b, rb), (a, ra) = parse(before), parse(after)
+            delta = {c: (a[c][0] - b.get(c, (0, 0))[0], a[c][1] - b.get(c, (0, 0))[1]) for c in a}
+            rounds.append((int(reqs), delta, ra - rb))
+        if not rounds:
+            print("| %s | %s | n/a | n/a | n/a |" % (label, name))
+            continue
+        reads = statistics.median(r / n for n, _, r in rounds)
+        busy = statistics.median(sum(u for _, u in d.values()) / n for n, d, _ in rounds)
+        per = {}
+        for c in {c for _, d, _ in rounds for c in d}:
+            calls = statistics.median(d.get(c, (0, 0))[0] / n for n, d, _ in rounds)
+            each = [d[c][1] / d[c][0] for _, d, _ in rounds if d.get(c, (0, 0))[0]]
+            if calls >= 0.01 and each:
+                per[c] = (calls, statistics.median(each))
+        shown = sorted(per.items(), key=lambda kv: -kv[1][0] * kv[1][1])
+        print("| %s | %s | %.2f | %.1f | %s |" % (label, name, reads, busy,
+              ", ".join("%s %.2f × %.1f" % (c, k, u) for c, (k, u) in shown) or "none"))
 PY
