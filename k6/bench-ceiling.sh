@@ -16,8 +16,8 @@
 # /proc over each wrk run, the median of the rounds): the server under test (user and system
 # apart) and Redis (every node REDIS_URL names that runs on this machine). The share moves
 # with the machine (README, "Benchmarks"): these figures say where. A third says where Redis's
-# time went: its read events and the commands each server's request sent, with their cost
-# (from every node's INFO, read before and after each run: any Redis REDIS_URL names).
+# time went: its read events and the commands it ran a request, with their cost (from the INFO
+# of each primary REDIS_URL names, read before and after each run).
 #
 #   bash k6/bench-ceiling.sh
 #   DURATION=20s ROUNDS=5 CONNECTIONS=64 bash k6/bench-ceiling.sh
@@ -55,15 +55,17 @@ until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
 # redis-cli. `redis_nodes pids`: their processes, by their own INFO (`process_id`), for their
 # CPU time: only those that are a redis-server on this machine listening on that port (by its
 # process title), each once; a line on stderr for any other, and "n/a" in the table when none
-# is here. `redis_nodes stats`: what every node has run so far, summed (INFO's counters, read
-# before and after each wrk run, so nothing is reset on a Redis the caller shares): one line of
-# `COMMAND=calls,µs` and `reads=N` (read events: how many times a node woke to read its
-# clients). The URL (and any password in it) reaches python and redis-cli through their
-# environment (REDISCLI_AUTH), never their arguments or the output.
+# is here; and a line on stderr when the URL names fewer of a cluster's primaries than it has
+# (the Redis figures then count only those). `redis_nodes stats`: what each primary the URL
+# names has run so far (INFO's counters, read before and after each wrk run, so nothing is
+# reset on a Redis the caller shares; a replica is left out, as it counts what it replicates):
+# `RUNID:COMMAND=calls,µs` and `RUNID:reads=N` (N: reads of what one client sent, or `-` when
+# the node does not count them). The URL's password reaches python and redis-cli through their
+# environment (REDISCLI_AUTH), never their arguments or the output (a user name is an argument).
 need "${REDIS_CLI:-redis-cli}" redis-tools
 redis_nodes() { # pids | stats
   URL=$REDIS_URL CLI=${REDIS_CLI:-redis-cli} python3 - "$1" <<'PY'
-import collections, os, re, subprocess, sys, urllib.parse
+import os, re, subprocess, sys, urllib.parse
 mode = sys.argv[1]
 def note(what):
     if mode == "pids":
@@ -80,7 +82,8 @@ env = dict(os.environb)
 if colon:
     env[b"REDISCLI_AUTH"] = urllib.parse.unquote_to_bytes(password)
 seen = set()
-totals = collections.Counter()
+out = []
+primaries, cluster_size = set(), None
 for h in hosts.split(","):
     if h.startswith("["):
         host, _, port = h[1:].partition("]")
@@ -97,28 +100,38 @@ for h in hosts.split(","):
         args.append(b"--tls")
     if user:
         args += [b"--user", urllib.parse.unquote_to_bytes(user)]
-    try:
-        info = subprocess.run(args + [b"info", b"server" if mode == "pids" else b"all"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              timeout=5).stdout
-    except OSError:
-        note("Redis at %s:%d (no redis-cli to ask it)" % (host, port))
+    def ask(*words):
+        try:
+            return subprocess.run(args + list(words), env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, timeout=5).stdout
+        except OSError:
+            note("Redis at %s:%d (no redis-cli to ask it)" % (host, port))
+            return None
+        except (ValueError, subprocess.SubprocessError):
+            return b""
+    info = ask(b"info", b"all")
+    if info is None:
         continue
-    except (ValueError, subprocess.SubprocessError):
-        info = b""
+    # Each node once, by its INFO's `run_id` (a URL may name one node twice).
+    run = re.search(rb"^run_id:(\w+)", info, re.M)
+    run = run.group(1).decode() if run else None
+    primary = re.search(rb"^role:master\s*$", info, re.M) is not None
     if mode == "stats":
-        # Each node once, by its INFO's `run_id` (a URL may name one node twice).
-        run = re.search(rb"^run_id:(\w+)", info, re.M)
-        if not run or run.group(1) in seen:
+        if not run or not primary or run in seen:
             continue
-        seen.add(run.group(1))
+        seen.add(run)
         for name, calls, usec in re.findall(
                 rb"^cmdstat_(\S+):calls=(\d+),usec=(\d+)", info, re.M):
-            totals[name.decode().upper() + ",calls"] += int(calls)
-            totals[name.decode().upper() + ",usec"] += int(usec)
+            out.append("%s:%s=%s,%s" % (run, name.decode().upper(), calls.decode(),
+                                        usec.decode()))
         reads = re.search(rb"^total_reads_processed:(\d+)", info, re.M)
-        totals["reads"] += int(reads.group(1)) if reads else 0
+        out.append("%s:reads=%s" % (run, reads.group(1).decode() if reads else "-"))
         continue
+    if run and primary:
+        primaries.add(run)
+    if cluster_size is None and re.search(rb"^cluster_enabled:1\s*$", info, re.M):
+        size = re.search(rb"^cluster_size:(\d+)", ask(b"cluster", b"info") or b"", re.M)
+        cluster_size = int(size.group(1)) if size else None
     pid = re.search(rb"^process_id:(\d+)", info, re.M)
     pid = pid.group(1).decode() if pid else None
     try:
@@ -136,10 +149,11 @@ for h in hosts.split(","):
     elif not here:
         note("Redis at %s:%d is not a redis-server on this machine (or did not answer)"
              % (host, port))
-if mode == "stats" and seen:  # (an empty line when no node answered: "n/a" in the table)
-    cmds = sorted({k.split(",")[0] for k in totals if "," in k})
-    print(" ".join(["%s=%d,%d" % (c, totals[c + ",calls"], totals[c + ",usec"]) for c in cmds]
-                   + ["reads=%d" % totals["reads"]]))
+if mode == "stats":  # (an empty line when no primary answered: "n/a" in the table)
+    print(" ".join(out))
+elif cluster_size and len(primaries) < cluster_size:
+    print("REDIS_URL names %d of the cluster's %d primaries: the Redis figures count only those"
+          % (len(primaries), cluster_size), file=sys.stderr)
 PY
 }
 mapfile -t RPIDS < <(redis_nodes pids)
@@ -221,27 +235,45 @@ for label in dict.fromkeys(r.split(":")[0] for r in runs):
     print(f"| {label} | {cols[0]} | {cols[1]} | {cols[2]} | {cols[3]} |")
 PY
 echo
-# Where Redis's time went: its read events a request (INFO's `total_reads_processed`: each a
+# Where Redis's time went: everything the primaries REDIS_URL names ran during each run (the
+# idle server's background work and any other client of a shared Redis included), per request
+# of the server under load. Its read events a request (INFO's `total_reads_processed`: each a
 # read of what one client sent, so the fewer, the more commands each carries), the time its
-# commands ran a request, and the commands a request sent (calls a request × µs a call, the
-# most costly first; a command under 0.01 a request left out; a script's own calls counted
-# too). The times are INFO's `usec`: wall time, which counts the moments a node is preempted by
-# the other processes on the machine, so under this load they exceed what the same command
-# costs on a quiet node; the calls and reads are counts. Medians of the rounds.
+# commands ran a request (a script's calls are counted as commands too, so the scripts'
+# `EVALSHA`s are left out of this sum and their time, their calls included, shown beside it),
+# and the commands (calls a request × µs a call, the most costly first; a command under 0.01 a
+# request left out). The times are INFO's `usec`: wall time, which counts the moments a node is
+# preempted by the other processes on the machine, so under this load they exceed what the same
+# command costs on a quiet node; the calls and reads are counts. Medians of the rounds; a round in which not the same nodes (by
+# `run_id`) answered before and after is left out.
 echo "| load (Redis, medians of rounds) | server | read events a request | commands' µs a request (wall) | commands a request (calls × wall µs each) |"
 echo "|---|---|---|---|---|"
 python3 - "$STATS" "$SPREAD" <<'PY'
 import os, statistics, sys
 root, spread = sys.argv[1], sys.argv[2]
-def parse(line):  # "COMMAND=calls,usec ... reads=N" -> {command: (calls, usec)}, reads
-    cmds, reads = {}, 0
+SCRIPTS = {"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"}
+def parse(line):  # "RUNID:COMMAND=calls,usec ... RUNID:reads=N" -> {run: ({command: (calls, usec)}, reads)}
+    nodes = {}
     for item in line.split():
-        name, _, value = item.partition("=")
+        run, _, rest = item.partition(":")
+        name, _, value = rest.partition("=")
+        cmds, reads = nodes.setdefault(run, ({}, None))
         if name == "reads":
-            reads = int(value)
+            nodes[run] = (cmds, None if value == "-" else int(value))
         else:
             calls, usec = value.split(",")
             cmds[name] = (int(calls), int(usec))
+    return nodes
+def delta(before, after):  # summed over the nodes; None unless the same nodes answered both times
+    if not after or before.keys() != after.keys():
+        return None
+    cmds, reads = {}, 0
+    for run, (a, ra) in after.items():
+        b, rb = before[run]
+        for c, (calls, usec) in a.items():
+            k, u = cmds.get(c, (0, 0))
+            cmds[c] = (k + calls - b.get(c, (0, 0))[0], u + usec - b.get(c, (0, 0))[1])
+        reads = None if reads is None or ra is None or rb is None else reads + ra - rb
     return cmds, reads
 for what, label in (("one", "one hot session"), ("many", "%s sessions" % spread)):
     for server, name in (("dsh", "dsh-plan"), ("ceiling", "bare actix + XADD")):
@@ -251,23 +283,27 @@ for what, label in (("one", "one hot session"), ("many", "%s sessions" % spread)
         rounds = []
         for line in open(path):
             reqs, before, after = line.rstrip("\n").split("\t")
-            if not reqs or int(reqs) == 0 or not before or not after:
-                continue
-            (b, rb), (a, ra) = parse(before), parse(after)
-            delta = {c: (a[c][0] - b.get(c, (0, 0))[0], a[c][1] - b.get(c, (0, 0))[1]) for c in a}
-            rounds.append((int(reqs), delta, ra - rb))
+            d = delta(parse(before), parse(after))
+            if reqs and int(reqs) > 0 and d:
+                rounds.append((int(reqs), *d))
         if not rounds:
             print("| %s | %s | n/a | n/a | n/a |" % (label, name))
             continue
-        reads = statistics.median(r / n for n, _, r in rounds)
-        busy = statistics.median(sum(u for _, u in d.values()) / n for n, d, _ in rounds)
+        counted = [r / n for n, _, r in rounds if r is not None]
+        reads = "%.2f" % statistics.median(counted) if len(counted) == len(rounds) else "n/a"
+        busy = "%.1f" % statistics.median(
+            sum(u for c, (_, u) in d.items() if c not in SCRIPTS) / n for n, d, _ in rounds)
+        scripts = statistics.median(
+            sum(u for c, (_, u) in d.items() if c in SCRIPTS) / n for n, d, _ in rounds)
+        if scripts >= 0.05:
+            busy += " (scripts: %.1f, their calls included)" % scripts
         per = {}
         for c in {c for _, d, _ in rounds for c in d}:
             calls = statistics.median(d.get(c, (0, 0))[0] / n for n, d, _ in rounds)
-            each = [d[c][1] / d[c][0] for _, d, _ in rounds if d.get(c, (0, 0))[0]]
+            each = [d[c][1] / d[c][0] for _, d, _ in rounds if d.get(c, (0, 0))[0] > 0]
             if calls >= 0.01 and each:
                 per[c] = (calls, statistics.median(each))
         shown = sorted(per.items(), key=lambda kv: -kv[1][0] * kv[1][1])
-        print("| %s | %s | %.2f | %.1f | %s |" % (label, name, reads, busy,
+        print("| %s | %s | %s | %s | %s |" % (label, name, reads, busy,
               ", ".join("%s %.2f × %.1f" % (c, k, u) for c, (k, u) in shown) or "none"))
 PY
