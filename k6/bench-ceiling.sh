@@ -55,8 +55,8 @@ until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
 # redis-cli. `redis_nodes pids`: their processes, by their own INFO (`process_id`), for their
 # CPU time: only those that are a redis-server on this machine listening on that port (by its
 # process title), each once; a line on stderr for any other, and "n/a" in the table when none
-# is here; and a line on stderr when the URL names fewer of a cluster's primaries than it has
-# (the Redis figures then count only those). `redis_nodes stats`: what each primary the URL
+# is here; and a line on stderr when the URL names fewer of a cluster's primaries (those serving
+# slots) than it has (the table of Redis's commands then counts only those). `redis_nodes stats`: what each primary the URL
 # names has run so far (INFO's counters, read before and after each wrk run, so nothing is
 # reset on a Redis the caller shares; a replica is left out, as it counts what it replicates):
 # `RUNID:COMMAND=calls,µs` and `RUNID:reads=N` (N: reads of what one client sent, or `-` when
@@ -127,11 +127,15 @@ for h in hosts.split(","):
         reads = re.search(rb"^total_reads_processed:(\d+)", info, re.M)
         out.append("%s:reads=%s" % (run, reads.group(1).decode() if reads else "-"))
         continue
-    if run and primary:
-        primaries.add(run)
-    if cluster_size is None and re.search(rb"^cluster_enabled:1\s*$", info, re.M):
-        size = re.search(rb"^cluster_size:(\d+)", ask(b"cluster", b"info") or b"", re.M)
-        cluster_size = int(size.group(1)) if size else None
+    if re.search(rb"^cluster_enabled:1\s*$", info, re.M):
+        if cluster_size is None:
+            # `cluster_size`: the primaries serving at least one slot.
+            size = re.search(rb"^cluster_size:(\d+)", ask(b"cluster", b"info") or b"", re.M)
+            cluster_size = int(size.group(1)) if size else None
+        # A primary counts when it serves slots (its `myself` line lists them after 8 fields).
+        me = re.search(rb"^.*myself.*$", ask(b"cluster", b"nodes") or b"", re.M)
+        if run and primary and me and len(me.group(0).split()) > 8:
+            primaries.add(run)
     pid = re.search(rb"^process_id:(\d+)", info, re.M)
     pid = pid.group(1).decode() if pid else None
     try:
@@ -152,8 +156,8 @@ for h in hosts.split(","):
 if mode == "stats":  # (an empty line when no primary answered: "n/a" in the table)
     print(" ".join(out))
 elif cluster_size and len(primaries) < cluster_size:
-    print("REDIS_URL names %d of the cluster's %d primaries: the Redis figures count only those"
-          % (len(primaries), cluster_size), file=sys.stderr)
+    print("REDIS_URL names %d of the cluster's %d primaries: the table of Redis's commands counts"
+          " only those" % (len(primaries), cluster_size), file=sys.stderr)
 PY
 }
 mapfile -t RPIDS < <(redis_nodes pids)
@@ -242,17 +246,19 @@ echo
 # commands ran a request (a script's calls are counted as commands too, so the scripts'
 # `EVALSHA`s are left out of this sum and their time, their calls included, shown beside it),
 # and the commands (calls a request × µs a call, the most costly first; a command under 0.01 a
-# request left out). The times are INFO's `usec`: wall time, which counts the moments a node is
-# preempted by the other processes on the machine, so under this load they exceed what the same
-# command costs on a quiet node; the calls and reads are counts. Medians of the rounds; a round in which not the same nodes (by
-# `run_id`) answered before and after is left out.
+# request left out; `EVALSHA`'s µs a call include its calls). The times are INFO's `usec`: wall
+# time, which counts the moments a node is preempted by the other processes on the machine, so
+# under this load they exceed what the same command costs on a quiet node; the calls and reads
+# are counts. Medians of the rounds; a round in which not the same nodes (by `run_id`) answered
+# before and after, or a counter went back, is left out, and the row says how many were kept.
 echo "| load (Redis, medians of rounds) | server | read events a request | commands' µs a request (wall) | commands a request (calls × wall µs each) |"
 echo "|---|---|---|---|---|"
 python3 - "$STATS" "$SPREAD" <<'PY'
 import os, statistics, sys
 root, spread = sys.argv[1], sys.argv[2]
 SCRIPTS = {"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"}
-def parse(line):  # "RUNID:COMMAND=calls,usec ... RUNID:reads=N" -> {run: ({command: (calls, usec)}, reads)}
+def parse(line):
+    """`RUNID:COMMAND=calls,usec … RUNID:reads=N` -> {run: ({command: (calls, usec)}, reads)}"""
     nodes = {}
     for item in line.split():
         run, _, rest = item.partition(":")
@@ -264,7 +270,9 @@ def parse(line):  # "RUNID:COMMAND=calls,usec ... RUNID:reads=N" -> {run: ({comm
             calls, usec = value.split(",")
             cmds[name] = (int(calls), int(usec))
     return nodes
-def delta(before, after):  # summed over the nodes; None unless the same nodes answered both times
+def delta(before, after):
+    """Summed over the nodes; None unless the same nodes (by `run_id`) answered both times and
+    no counter went back (`CONFIG RESETSTAT` during the run)."""
     if not after or before.keys() != after.keys():
         return None
     cmds, reads = {}, 0
@@ -274,14 +282,17 @@ def delta(before, after):  # summed over the nodes; None unless the same nodes a
             k, u = cmds.get(c, (0, 0))
             cmds[c] = (k + calls - b.get(c, (0, 0))[0], u + usec - b.get(c, (0, 0))[1])
         reads = None if reads is None or ra is None or rb is None else reads + ra - rb
+    if any(k < 0 or u < 0 for k, u in cmds.values()) or (reads is not None and reads < 0):
+        return None
     return cmds, reads
 for what, label in (("one", "one hot session"), ("many", "%s sessions" % spread)):
     for server, name in (("dsh", "dsh-plan"), ("ceiling", "bare actix + XADD")):
         path = os.path.join(root, "%s.%s" % (what, server))
         if not os.path.exists(path):
             continue
-        rounds = []
+        rounds, runs = [], 0
         for line in open(path):
+            runs += 1
             reqs, before, after = line.rstrip("\n").split("\t")
             d = delta(parse(before), parse(after))
             if reqs and int(reqs) > 0 and d:
@@ -304,6 +315,8 @@ for what, label in (("one", "one hot session"), ("many", "%s sessions" % spread)
             if calls >= 0.01 and each:
                 per[c] = (calls, statistics.median(each))
         shown = sorted(per.items(), key=lambda kv: -kv[1][0] * kv[1][1])
-        print("| %s | %s | %s | %s | %s |" % (label, name, reads, busy,
-              ", ".join("%s %.2f × %.1f" % (c, k, u) for c, (k, u) in shown) or "none"))
+        listed = ", ".join("%s %.2f × %.1f" % (c, k, u) for c, (k, u) in shown) or "none"
+        if len(rounds) < runs:  # rounds left out: the nodes changed, or no requests
+            listed += " (%d of %d rounds)" % (len(rounds), runs)
+        print("| %s | %s | %s | %s | %s |" % (label, name, reads, busy, listed))
 PY
