@@ -264,6 +264,7 @@ async fn subscribe(
     sid: String,
     connected: Arc<AtomicUsize>,
     mut targets: watch::Receiver<Option<Arc<HashMap<String, u64>>>>,
+    steps: Arc<watch::Sender<HashMap<String, u64>>>,
 ) -> Seen {
     let mut seen = Seen {
         sid,
@@ -308,7 +309,7 @@ async fn subscribe(
                     buf.push_str(&String::from_utf8_lossy(&chunk));
                     while let Some(end) = buf.find("\n\n") {
                         let raw: String = buf.drain(..end + 2).collect();
-                        let (mut id, mut event) = (None, None);
+                        let (mut id, mut event, mut data) = (None, None, None);
                         for line in raw.lines() {
                             if let Some(v) = line.strip_prefix("retry: ") {
                                 retry = Duration::from_millis(v.trim().parse().unwrap());
@@ -316,7 +317,12 @@ async fn subscribe(
                                 id = Some(v.to_owned());
                             } else if let Some(v) = line.strip_prefix("event: ") {
                                 event = Some(v.to_owned());
+                            } else if let Some(v) = line.strip_prefix("data: ") {
+                                data = Some(v);
                             }
+                        }
+                        if let (Some("step/started"), Some(data)) = (event.as_deref(), data) {
+                            step_started(&steps, data);
                         }
                         match (event.as_deref(), &id) {
                             (Some("reset"), _) => seen.resets += 1,
@@ -489,13 +495,31 @@ struct Restart {
     ready: Duration,
 }
 
-/// Waits until the replica runs at least one turn (so its SIGTERM has a turn to hand over).
-async fn await_running_turn(replica: &Replica) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while replica.app.metric("dsh_turns_running").await == 0 {
-        assert!(Instant::now() < deadline, "the replica never ran a turn");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// Counts a `step/started` an SSE client received, by the replica that started it, when it was
+/// committed within the last 500 ms (not one read again on a reconnect).
+fn step_started(steps: &watch::Sender<HashMap<String, u64>>, data: &str) {
+    let event: Value = serde_json::from_str(data).unwrap();
+    let replica = event["data"]["header"]["replica"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let at = ms_since_epoch(event["committed_at"].as_str().unwrap());
+    if now_ms().saturating_sub(at) <= 500 {
+        steps.send_modify(|seen| *seen.entry(replica).or_default() += 1);
     }
+}
+
+/// Waits until the replica starts a step, so its SIGTERM has one in flight to hand over (a
+/// step here streams its answer's ten words 100 ms apart: ~1 s). Waiting for a running turn
+/// was not enough: at the start every turn may still be before its first step, which another
+/// replica then starts afresh instead of retrying it (a CI run saw `[0, 9, 6]` handed over).
+async fn await_running_step(name: &str, steps: &mut watch::Receiver<HashMap<String, u64>>) {
+    let before = steps.borrow_and_update().get(name).copied().unwrap_or(0);
+    let started = steps.wait_for(|seen| seen.get(name).copied().unwrap_or(0) > before);
+    tokio::time::timeout(Duration::from_secs(15), started)
+        .await
+        .expect("the replica started no step")
+        .unwrap();
 }
 
 /// SIGTERMs the replica and waits for its graceful exit; returns when the signal was sent.
@@ -548,6 +572,8 @@ async fn a_rolling_restart_behind_nginx_loses_no_event_no_turn_and_no_write() {
     }
 
     let (targets_tx, targets) = watch::channel(None);
+    let (steps_tx, mut steps) = watch::channel(HashMap::new());
+    let steps_tx = Arc::new(steps_tx);
     let connected = Arc::new(AtomicUsize::new(0));
     let sse = reqwest::Client::builder()
         .no_proxy()
@@ -564,6 +590,7 @@ async fn a_rolling_restart_behind_nginx_loses_no_event_no_turn_and_no_write() {
                 sid.clone(),
                 connected.clone(),
                 targets.clone(),
+                steps_tx.clone(),
             )));
         }
     }
@@ -584,7 +611,7 @@ async fn a_rolling_restart_behind_nginx_loses_no_event_no_turn_and_no_write() {
 
     let mut restarts = Vec::new();
     for (i, name) in names.iter().enumerate() {
-        await_running_turn(&replicas[i]).await;
+        await_running_step(name, &mut steps).await;
         let (sigterm_at_ms, exit) = stop_gracefully(&mut replicas[i]).await;
         let starting = Instant::now();
         replicas[i] = spawn_process_on(&redis, name, ports[i], TOKEN_DELAY_MS, &env).await;
