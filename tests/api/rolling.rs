@@ -24,6 +24,9 @@ const CLIENTS_PER_SESSION: usize = 10;
 /// Per fixture token: a turn's step streams for about a second, so turns are in flight on
 /// every replica when it is stopped.
 const TOKEN_DELAY_MS: u64 = 100;
+/// A `step/started` received within this of its commit counts as a step in flight: half of a
+/// step here (the fixture answers `PROMPT` with ten words, `TOKEN_DELAY_MS` apart).
+const FRESH_STEP_MS: u64 = TOKEN_DELAY_MS * 5;
 /// What a writer's prompt says (the fixture answers `Done: <it>`, a token per word).
 const PROMPT: &str = "please keep working on the plan while replicas restart";
 
@@ -495,16 +498,20 @@ struct Restart {
     ready: Duration,
 }
 
-/// Counts a `step/started` an SSE client received, by the replica that started it, when it was
-/// committed within the last 500 ms (not one read again on a reconnect).
+/// Counts a `step/started` an SSE client received, by the replica that started it, only when it
+/// was committed within the last [`FRESH_STEP_MS`] (so not a replay of an older one).
 fn step_started(steps: &watch::Sender<HashMap<String, u64>>, data: &str) {
-    let event: Value = serde_json::from_str(data).unwrap();
-    let replica = event["data"]["header"]["replica"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let at = ms_since_epoch(event["committed_at"].as_str().unwrap());
-    if now_ms().saturating_sub(at) <= 500 {
+    fn malformed(data: &str) -> ! {
+        panic!("a step/started frame without its replica or time: {data}")
+    }
+    let event: Value = serde_json::from_str(data).unwrap_or_else(|_| malformed(data));
+    let replica = event["data"]["header"]["replica"].as_str();
+    let at = event["committed_at"].as_str();
+    let (Some(replica), Some(at)) = (replica, at) else {
+        malformed(data)
+    };
+    let (replica, at) = (replica.to_owned(), ms_since_epoch(at));
+    if now_ms().saturating_sub(at) <= FRESH_STEP_MS {
         steps.send_modify(|seen| *seen.entry(replica).or_default() += 1);
     }
 }
