@@ -56,9 +56,10 @@ until curl -s -o /dev/null "$CEIL/"; do sleep 0.05; done
 # CPU time: only those that are a redis-server on this machine listening on that port (by its
 # process title), each once; a line on stderr for any other, and "n/a" in the table when none
 # is here; and a line on stderr when the URL names fewer of a cluster's primaries (those serving
-# slots) than it has (the table of Redis's commands then counts only those). `redis_nodes stats`: what each primary the URL
-# names has run so far (INFO's counters, read before and after each wrk run, so nothing is
-# reset on a Redis the caller shares; a replica is left out, as it counts what it replicates):
+# slots) than it has (the table of Redis's commands then counts only those). `redis_nodes
+# stats`: what each primary the URL names has run so far (INFO's counters, read before and
+# after each wrk run, so nothing is reset on a Redis the caller shares; a replica is left out,
+# as it counts what it replicates):
 # `RUNID:COMMAND=calls,µs` and `RUNID:reads=N` (N: reads of what one client sent, or `-` when
 # the node does not count them). The URL's password reaches python and redis-cli through their
 # environment (REDISCLI_AUTH), never their arguments or the output (a user name is an argument).
@@ -263,7 +264,7 @@ def parse(line):
     for item in line.split():
         run, _, rest = item.partition(":")
         name, _, value = rest.partition("=")
-        cmds, reads = nodes.setdefault(run, ({}, None))
+        cmds = nodes.setdefault(run, ({}, None))[0]
         if name == "reads":
             nodes[run] = (cmds, None if value == "-" else int(value))
         else:

@@ -267,7 +267,7 @@ async fn subscribe(
     sid: String,
     connected: Arc<AtomicUsize>,
     mut targets: watch::Receiver<Option<Arc<HashMap<String, u64>>>>,
-    steps: Arc<watch::Sender<HashMap<String, u64>>>,
+    steps: watch::Sender<HashMap<String, u64>>,
 ) -> Seen {
     let mut seen = Seen {
         sid,
@@ -580,7 +580,6 @@ async fn a_rolling_restart_behind_nginx_loses_no_event_no_turn_and_no_write() {
 
     let (targets_tx, targets) = watch::channel(None);
     let (steps_tx, mut steps) = watch::channel(HashMap::new());
-    let steps_tx = Arc::new(steps_tx);
     let connected = Arc::new(AtomicUsize::new(0));
     let sse = reqwest::Client::builder()
         .no_proxy()

@@ -19,11 +19,11 @@
 //! caller's timeout, which bounds a resend and every `ASK` followed) the node is left out, and
 //! after those, `MOVED`, `CLUSTERDOWN`, `MASTERDOWN` or `READONLY` the routes are read again
 //! (`CLUSTER SLOTS`, at most once a second while commands fall back), so a failover or a moved
-//! slot costs a detour, not a failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being migrated, a node starting)
-//! leave the routes as they are. `ASK` is followed here when it names a primary of the routes
-//! (`ASKING` and the command on that node's connection), so a `WAIT` can follow the write to
-//! the node that took it; a write with a key that the cluster client carried is taken as
-//! acknowledged by no replica (see [`Last::Unknown`]). A command answered `TRYAGAIN` or
+//! slot costs a detour, not a failed request. `ASK`, `TRYAGAIN` and `LOADING` (a slot being
+//! migrated, a node starting) leave the routes as they are. `ASK` is followed here when it
+//! names a primary of the routes (`ASKING` and the command on that node's connection), so a
+//! `WAIT` can follow the write to the node that took it; a write with a key that the cluster
+//! client carried is taken as acknowledged by no replica (see [`Last::Unknown`]). A command answered `TRYAGAIN` or
 //! `LOADING` (directly, or after `ASK`) is sent again here, from the routes, after a pause of
 //! 5 ms doubled up to 100 ms, each time within what is left of the response timeout: the
 //! cluster client waits 1.28 s before it asks again and gives up after a second refusal, which
